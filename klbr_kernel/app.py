@@ -1,0 +1,62 @@
+"""`python -m klbr_kernel -f CONNECTION_FILE`: the kernel process Jupyter starts.
+
+Configuration is traitlets, the Jupyter convention: ``--Supervisor.cell_timeout=600`` on the command
+line, or ``jupyter_klbr_config.py`` anywhere on the Jupyter config path.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import signal
+
+from jupyter_client.session import Session
+from jupyter_core.application import JupyterApp, base_aliases
+from traitlets import Unicode, default
+
+from klbr_supervisor.supervisor import Supervisor
+
+from ._version import __version__
+from .proxy import Proxy
+
+
+class KlbrKernelApp(JupyterApp):
+    name = "jupyter-klbr"  # so the config file is jupyter_klbr_config.py
+    version = __version__
+    description = "The klbr proxy kernel: a supervised ipykernel that always answers."
+    classes = [Supervisor]
+
+    connection_file = Unicode("", config=True, help="The connection file the frontend wrote.")
+
+    aliases = {**base_aliases, "f": "KlbrKernelApp.connection_file"}
+
+    @default("log_level")
+    def _log_level_default(self) -> int:
+        return logging.WARNING
+
+    def start(self) -> None:
+        if not self.connection_file:
+            self.log.critical("klbr kernel: -f CONNECTION_FILE is required")
+            self.exit(2)
+        with open(self.connection_file) as f:
+            info = json.load(f)
+        session = Session(
+            key=info.get("key", "").encode(),
+            signature_scheme=info.get("signature_scheme", "hmac-sha256"),
+            username="kernel",
+            parent=self,
+        )
+        asyncio.run(self._serve(info, session))
+
+    async def _serve(self, info: dict, session: Session) -> None:
+        proxy = Proxy(info, session, parent=self)
+        loop = asyncio.get_running_loop()
+        loop.add_signal_handler(signal.SIGTERM, proxy.request_shutdown)
+        loop.add_signal_handler(signal.SIGINT, proxy.request_interrupt)
+        await proxy.run()
+
+
+def main() -> None:
+    logging.basicConfig(level=logging.WARNING, format="[klbr %(levelname)s %(name)s] %(message)s")
+    KlbrKernelApp.launch_instance()

@@ -1,0 +1,110 @@
+"""The sockets a Jupyter frontend connects to, bound from its connection file.
+
+Owned by the `Proxy`. Every inbound message is verified by jupyter_client's `Session` (HMAC and
+replay check) before anyone sees it; a message that fails is logged and dropped. Outbound, the proxy
+either sends its own messages (signed here, with the proxy's one session id) or forwards a worker's
+frames untouched.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+
+import zmq
+from jupyter_client.session import Session
+
+from klbr_supervisor.sockets import Channel
+from klbr_supervisor.wire import MalformedMessage, Wire
+
+from .heartbeat import Heartbeat
+
+log = logging.getLogger(__name__)
+
+
+def channel_url(info: dict, channel: str) -> str:
+    """The address to bind for `channel`, for tcp and ipc transports (jupyter_client's convention)."""
+    transport, ip, port = info.get("transport", "tcp"), info["ip"], info[f"{channel}_port"]
+    if transport == "ipc":
+        return f"ipc://{ip}-{port}"
+    return f"{transport}://{ip}:{port}"
+
+
+class Frontend:
+    def __init__(
+        self,
+        info: dict,
+        session: Session,
+        on_message: Callable[[str, Wire], None],
+    ):
+        """`on_message(channel, wire)` receives every verified shell, control and stdin message."""
+        self.info = info
+        self.session = session
+        self._on_message = on_message
+        self._context = zmq.Context.instance()
+        self._channels: dict[str, Channel] = {}
+        self._heartbeat: Heartbeat | None = None
+
+    def bind(self) -> None:
+        kinds = {"shell": zmq.ROUTER, "control": zmq.ROUTER, "stdin": zmq.ROUTER, "iopub": zmq.XPUB}
+        for name, kind in kinds.items():
+            sock = self._context.socket(kind)
+            sock.linger = 1000
+            if kind == zmq.ROUTER:
+                sock.router_handover = 1  # a reconnecting client takes over its identity
+            sock.bind(channel_url(self.info, name))
+            handler = self._subscription if name == "iopub" else (lambda f, n=name: self._received(n, f))
+            self._channels[name] = Channel(f"frontend.{name}", sock, handler)
+        self._heartbeat = Heartbeat(self._context, channel_url(self.info, "hb"))
+        self._heartbeat.start()
+
+    def close(self) -> None:
+        """Called once at exit; lingers up to a second so the last replies reach the frontend."""
+        if self._heartbeat is not None:
+            self._heartbeat.stop()
+        for ch in self._channels.values():
+            ch.close(linger=1000)
+
+    # -- inbound -----------------------------------------------------------------------------------
+
+    def _received(self, channel: str, frames: list) -> None:
+        try:
+            idents, body = self.session.feed_identities(frames, copy=False)
+            msg = self.session.deserialize(body, content=False, copy=False)
+            wire = Wire(idents, body, msg["header"], msg["parent_header"])
+            if not wire.msg_type or not wire.msg_id:
+                raise MalformedMessage("header has no msg_type or msg_id")
+        except Exception as e:  # jupyter_client raises ValueError, KeyError, TypeError for bad input
+            log.warning("%s: dropped an invalid message: %s: %s", channel, type(e).__name__, e)
+            return
+        self._on_message(channel, wire)
+
+    def _subscription(self, frames: list) -> None:
+        """XPUB subscription events: greet each new subscriber (JEP 65 iopub_welcome)."""
+        for frame in frames:
+            data = frame.bytes
+            if data[:1] == b"\x01":
+                topic = data[1:]
+                try:
+                    self.send_iopub("iopub_welcome", {"subscription": topic.decode()}, parent=None, topic=topic or None)
+                except UnicodeDecodeError:
+                    pass
+
+    # -- outbound ----------------------------------------------------------------------------------
+
+    def reply(self, channel: str, idents: list, msg_type: str, content: dict, parent: dict, metadata: dict | None = None) -> None:
+        """Send the proxy's own reply to the frontend that asked."""
+        msg = self.session.msg(msg_type, content, parent=parent, metadata=metadata)
+        self._channels[channel].send(idents + self.session.serialize(msg), copy=True)
+
+    def send_iopub(self, msg_type: str, content: dict, parent: dict | None, topic: bytes | None = None) -> None:
+        msg = self.session.msg(msg_type, content, parent=parent or {})
+        prefix = [topic] if topic else [f"kernel.klbr.{msg_type}".encode()]
+        self._channels["iopub"].send(prefix + self.session.serialize(msg), copy=True)
+
+    def status(self, state: str, parent: dict) -> None:
+        self.send_iopub("status", {"execution_state": state}, parent)
+
+    def forward(self, channel: str, idents: list, frames: list) -> None:
+        """Frames already signed with the frontend's key: sent as they are."""
+        self._channels[channel].send(idents + frames)

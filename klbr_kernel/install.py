@@ -1,0 +1,47 @@
+"""Installing the `klbr` kernelspec with jupyter_client's KernelSpecManager."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+from jupyter_client.kernelspec import KernelSpecManager
+
+LOGOS = ("logo-32x32.png", "logo-64x64.png")
+
+
+def kernel_json(display_name: str = "Python 3 (klbr)") -> dict:
+    return {
+        "argv": [sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}"],
+        "display_name": display_name,
+        "language": "python",
+        "interrupt_mode": "message",
+        "metadata": {"debugger": True},
+    }
+
+
+def _shipped_logos() -> list[str]:
+    """The logos `pip install` put into this environment's share/jupyter/kernels/klbr, if any."""
+    found = []
+    for base in (os.path.join(sys.prefix, "share", "jupyter", "kernels", "klbr"),
+                 os.path.join(os.path.dirname(os.path.dirname(__file__)), "kernelspec")):
+        for logo in LOGOS:
+            path = os.path.join(base, logo)
+            if os.path.exists(path) and logo not in {os.path.basename(p) for p in found}:
+                found.append(path)
+    return found
+
+
+def install(
+    *, user: bool = False, prefix: str | None = None, name: str = "klbr", display_name: str | None = None
+) -> str:
+    """Write the kernelspec with this interpreter's absolute path; returns where it went."""
+    with tempfile.TemporaryDirectory() as td:
+        with open(os.path.join(td, "kernel.json"), "w") as f:
+            json.dump(kernel_json(display_name or "Python 3 (klbr)"), f, indent=2)
+        for logo in _shipped_logos():
+            shutil.copy(logo, td)
+        return KernelSpecManager().install_kernel_spec(td, name, user=user, prefix=prefix)

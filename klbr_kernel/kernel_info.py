@@ -1,0 +1,51 @@
+"""The proxy's kernel_info_reply: answered at once, also before any worker is ready.
+
+Capabilities are the proxy's own (DESIGN.md semantics 12): no kernel subshells, the debugger
+because debug_request is forwarded to the worker's control channel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import platform
+import sys
+
+from jupyter_client import protocol_version
+
+from ._version import __version__
+
+# What ipykernel on this interpreter would say; used until the worker has told us its own.
+_OWN_LANGUAGE_INFO = {
+    "name": "python",
+    "version": platform.python_version(),
+    "mimetype": "text/x-python",
+    "codemirror_mode": {"name": "ipython", "version": sys.version_info.major},
+    "pygments_lexer": f"ipython{sys.version_info.major}",
+    "nbconvert_exporter": "python",
+    "file_extension": ".py",
+}
+
+
+def kernel_info_content(worker_info: dict | None, generation: int | None, placement: str) -> dict:
+    """`worker_info` is the worker's own kernel_info reply content, once it has given one."""
+    worker_info = worker_info or {}
+    language_info = worker_info.get("language_info") or _OWN_LANGUAGE_INFO
+    if worker_info:
+        debugger = "debugger" in worker_info.get("supported_features", ()) or bool(worker_info.get("debugger"))
+    else:
+        debugger = importlib.util.find_spec("debugpy") is not None
+    where = f"generation {generation}" if generation else "first generation starting"
+    banner = f"klbr {__version__} — supervised {language_info.get('name', 'python')} {language_info.get('version', '')} ({where}, {placement})"
+    if worker_info.get("banner"):
+        banner += "\n" + worker_info["banner"]
+    return {
+        "status": "ok",
+        "protocol_version": protocol_version,
+        "implementation": "klbr",
+        "implementation_version": __version__,
+        "language_info": language_info,
+        "banner": banner,
+        "help_links": worker_info.get("help_links", []),
+        "debugger": debugger,
+        "supported_features": ["debugger"] if debugger else [],
+    }

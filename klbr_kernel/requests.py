@@ -1,0 +1,76 @@
+"""A frontend request as the proxy tracks it, and how each message type is routed."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+from klbr_supervisor.wire import Wire
+
+# Shell requests the proxy queues and forwards one at a time, as ipykernel serves them.
+QUEUED = frozenset(
+    {
+        "execute_request",
+        "complete_request",
+        "inspect_request",
+        "is_complete_request",
+        "history_request",
+        "comm_info_request",
+    }
+)
+# Sent on at once, never held behind a running execute (ipykernel serves comms during async cells).
+# Unknown types go this way too: the worker answers them with busy/idle only, as ipykernel does.
+COMM = frozenset({"comm_open", "comm_msg", "comm_close"})
+# Answered by the proxy itself, on whichever channel they arrive.
+OWN = frozenset({"kernel_info_request", "shutdown_request", "interrupt_request"})
+SUBSHELL = frozenset({"create_subshell_request", "list_subshell_request", "delete_subshell_request"})
+
+
+@dataclass(eq=False)
+class Request:
+    """One message from the frontend, from arrival to its last reply and idle."""
+
+    channel: str
+    wire: Wire
+    content: dict = field(default_factory=dict)
+    reply: Wire | None = None
+    idle: Wire | None = None
+    busy_seen: bool = False  # the worker published busy for it (relayed once, also across a retry)
+    count: int | None = None  # execution count, from the worker's execute_input
+    retried: bool = False  # sent again after its generation was lost (idempotent types only)
+
+    @classmethod
+    def decode(cls, channel: str, wire: Wire) -> Request:
+        """Raises ValueError when the content is not a JSON object."""
+        content = json.loads(bytes(wire.body[4]))
+        if not isinstance(content, dict):
+            raise ValueError("content is not an object")
+        return cls(channel, wire, content)
+
+    @property
+    def msg_type(self) -> str:
+        return self.wire.msg_type
+
+    @property
+    def msg_id(self) -> str:
+        return self.wire.msg_id
+
+    @property
+    def header(self) -> dict:
+        return self.wire.header
+
+    @property
+    def idents(self) -> list:
+        return self.wire.prefix
+
+    @property
+    def done(self) -> bool:
+        return self.reply is not None and self.idle is not None
+
+    @property
+    def silent(self) -> bool:
+        return bool(self.content.get("silent", False))
+
+    @property
+    def stop_on_error(self) -> bool:
+        return bool(self.content.get("stop_on_error", True))

@@ -1,0 +1,1 @@
+"""Everything that manages workbench generations. Knows nothing of frontends."""

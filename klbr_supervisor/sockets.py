@@ -1,0 +1,97 @@
+"""Callback delivery of ZMQ messages on the asyncio loop, shared by the proxy and the supervisor.
+
+Sockets here are plain (non-asyncio) pyzmq sockets whose edge-triggered FD is watched with
+``loop.add_reader``. Every message is handed to a synchronous callback on the loop thread, so the
+forwarding path has no per-message futures or tasks. Sends never block: internal sockets have no
+high-water mark, and toward a frontend a full queue drops, as a PUB socket does in ipykernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable, Sequence
+
+import zmq
+
+log = logging.getLogger(__name__)
+
+# A batch bound, so one flooding socket cannot starve the others on the loop.
+_BATCH = 256
+
+
+class Channel:
+    """One ZMQ socket and the callback that receives its messages.
+
+    Created by whoever owns the socket (the proxy for frontend sockets, a `Generation` for worker
+    sockets); `close()` stops delivery at once, so a closed channel can never call back.
+    """
+
+    def __init__(self, name: str, socket: zmq.Socket, on_message: Callable[[list], None]):
+        self.name = name
+        self.socket = socket
+        self._on_message = on_message
+        self._loop = asyncio.get_running_loop()
+        self._fd = socket.getsockopt(zmq.FD)
+        self._scheduled = False
+        self.closed = False
+        self._loop.add_reader(self._fd, self._drain)
+        # Messages may already be queued; the FD only signals edges.
+        self._schedule()
+
+    def send(self, frames: Sequence, *, copy: bool = False) -> bool:
+        """Send one multipart message without blocking; False when it was dropped."""
+        if self.closed:
+            return False
+        try:
+            self.socket.send_multipart(frames, zmq.NOBLOCK, copy=copy)
+        except zmq.Again:
+            log.warning("%s: send queue full, message dropped", self.name)
+            return False
+        except zmq.ZMQError as e:
+            log.warning("%s: send failed: %s", self.name, e)
+            return False
+        finally:
+            # A send can consume the FD's edge for messages that arrived meanwhile.
+            self._schedule()
+        return True
+
+    def drain(self) -> None:
+        """Deliver every message already queued on the socket (used before a generation ends)."""
+        while not self.closed and self._drain_batch():
+            pass
+
+    def close(self, linger: int = 0) -> None:
+        if self.closed:
+            return
+        self.closed = True
+        self._loop.remove_reader(self._fd)
+        self.socket.close(linger=linger)
+
+    def _schedule(self) -> None:
+        if not self._scheduled and not self.closed:
+            self._scheduled = True
+            self._loop.call_soon(self._drain)
+
+    def _drain(self) -> None:
+        self._scheduled = False
+        if self._drain_batch():
+            self._schedule()
+
+    def _drain_batch(self) -> bool:
+        """Deliver up to one batch; True when more may be waiting."""
+        for _ in range(_BATCH):
+            if self.closed:
+                return False
+            try:
+                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+            except zmq.Again:
+                return False
+            except zmq.ZMQError as e:
+                log.warning("%s: receive failed: %s", self.name, e)
+                return False
+            try:
+                self._on_message(frames)
+            except Exception:
+                log.exception("%s: message handler failed; message dropped", self.name)
+        return True
