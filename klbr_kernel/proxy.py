@@ -278,9 +278,14 @@ class Proxy:
             self._own_reply(aborted, {"status": "aborted"})
 
     def _answer_error(self, req: Request, ending: Ending, generation: Generation, *, busy: bool) -> None:
+        seen_input = req.count is not None
         content = self._error_content(ending, generation, req)
         if busy:
             self.frontend.status("busy", req.header)
+        if req.msg_type == "execute_request" and not seen_input and not req.silent:
+            # The worker died before announcing the cell: announce it, so the notebook shows In[n].
+            code = req.content.get("code", "")
+            self.frontend.send_iopub("execute_input", {"code": code, "execution_count": content["execution_count"]}, req.header)
         if req.msg_type == "execute_request" and not req.silent:
             self.frontend.send_iopub("error", {k: content[k] for k in ("ename", "evalue", "traceback")}, req.header)
         self._own_reply(req, content, busy=False)

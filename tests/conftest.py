@@ -1,0 +1,93 @@
+"""Fixtures that start the real `klbr` kernelspec (installed by `make test`) through jupyter_client."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+from jupyter_client.manager import KernelManager
+
+HERE = Path(__file__).parent
+TEST_KERNELS = HERE / "kernels"
+
+
+def pytest_configure(config):
+    # Test-only kernelspecs (misbehaving workers) are found through JUPYTER_PATH by the proxy.
+    paths = [str(HERE)] + [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(paths)
+
+
+@contextmanager
+def start_kernel(name: str = "klbr", extra_arguments: list[str] | None = None, env: dict | None = None):
+    km = KernelManager(kernel_name=name)
+    kw = {}
+    if env is not None:
+        kw["env"] = {**os.environ, **env}
+    km.start_kernel(extra_arguments=extra_arguments or [], **kw)
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        yield km, kc
+    finally:
+        kc.stop_channels()
+        if km.has_kernel:
+            km.shutdown_kernel()
+
+
+@pytest.fixture
+def kernel():
+    with start_kernel() as (km, kc):
+        yield km, kc
+
+
+def execute(kc, code: str, timeout: float = 30, **kw) -> tuple[dict, list[dict]]:
+    """Run `code`; return its execute_reply and the iopub messages of that request, busy to idle."""
+    msg_id = kc.execute(code, **kw)
+    return collect(kc, msg_id, timeout)
+
+
+def collect(kc, msg_id: str, timeout: float = 30) -> tuple[dict, list[dict]]:
+    deadline = time.monotonic() + timeout
+    outputs: list[dict] = []
+    while True:
+        msg = kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        outputs.append(msg)
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    reply = kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
+    while reply["parent_header"].get("msg_id") != msg_id:
+        reply = kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
+    return reply, outputs
+
+
+def worker_pid(kc) -> int:
+    reply, outputs = execute(kc, "import os; os.getpid()")
+    return int(next(m for m in outputs if m["msg_type"] == "execute_result")["content"]["data"]["text/plain"])
+
+
+def process_gone(pid: int, timeout: float = 5.0) -> bool:
+    """True once `pid` no longer exists (or is a zombie nobody has reaped yet)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (FileNotFoundError, ProcessLookupError):
+            return True
+        if state == "Z":
+            return True
+        time.sleep(0.02)
+    return False
+
+
+def kill_quietly(pid: int) -> None:
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass

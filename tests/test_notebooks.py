@@ -1,0 +1,84 @@
+"""Real notebooks through nbclient and papermill: klbr's outputs match plain ipykernel's."""
+
+from __future__ import annotations
+
+import copy
+import re
+from pathlib import Path
+
+import nbformat
+import papermill
+import pytest
+from nbclient import NotebookClient
+
+NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
+_MODEL_ID = re.compile(r"[0-9a-f]{32}")
+
+
+def run(path: Path, kernel_name: str, tmp_path: Path, drop_klbr_only: bool = False):
+    nb = nbformat.read(path, as_version=4)
+    if drop_klbr_only:
+        nb.cells = [c for c in nb.cells if "klbr-only" not in c.metadata.get("tags", [])]
+    NotebookClient(nb, kernel_name=kernel_name, timeout=60, resources={"metadata": {"path": str(tmp_path)}}).execute()
+    return nb
+
+
+def normalised(nb, *, renumber: bool) -> list:
+    """Code cells' outputs and counts, without what differs between any two runs (ids, times)."""
+    cells = []
+    count = 0
+    for cell in nb.cells:
+        if cell.cell_type != "code" or "klbr-only" in cell.metadata.get("tags", []):
+            continue
+        count += 1
+        outputs = copy.deepcopy(cell.outputs)
+        for out in outputs:
+            if "execution_count" in out and renumber:
+                out["execution_count"] = count
+            data = out.get("data", {})
+            if "application/vnd.jupyter.widget-view+json" in data:
+                data["application/vnd.jupyter.widget-view+json"]["model_id"] = "MODEL"
+                data["text/plain"] = _MODEL_ID.sub("MODEL", data.get("text/plain", ""))
+        cells.append((cell.source, count if renumber else cell.execution_count, outputs))
+    return cells
+
+
+@pytest.mark.parametrize("path", NOTEBOOKS, ids=[p.name for p in NOTEBOOKS])
+def test_outputs_match_plain_ipykernel(path, tmp_path):
+    klbr = run(path, "klbr", tmp_path)
+    plain = run(path, "python3", tmp_path, drop_klbr_only=True)
+    has_klbr_only = any("klbr-only" in c.metadata.get("tags", []) for c in klbr.cells)
+    # Where klbr-only cells ran, counts shift: compare them renumbered; elsewhere exactly.
+    assert normalised(klbr, renumber=has_klbr_only) == normalised(plain, renumber=has_klbr_only)
+
+
+def test_tour_shows_a_loss_and_recovery(tmp_path):
+    nb = run(NOTEBOOKS[0].parent / "tour.ipynb", "klbr", tmp_path)
+    loss = next(c for c in nb.cells if "os.kill" in c.source)
+    (error,) = [o for o in loss.outputs if o.output_type == "error"]
+    assert error.ename == "WorkerLost"
+    assert "killed by signal 9 (SIGKILL)" in error.evalue
+    after = nb.cells[nb.cells.index(loss) + 1]
+    assert after.outputs[0].text == "x survived the loss: False\n"
+    counts = [c.execution_count for c in nb.cells if c.cell_type == "code"]
+    assert counts == sorted(counts) and len(set(counts)) == len(counts)
+
+
+def test_papermill_runs_the_tour_with_a_parameter(tmp_path):
+    """papermill runs every cell, the parameter applied, and reports the tour's deliberate loss.
+
+    papermill fails a run on any error output (it ignores `raises-exception`), so the honest result
+    of the tour is a `PapermillExecutionError` naming `WorkerLost` after all cells ran: not a hang,
+    not a `DeadKernelError`.
+    """
+    out = tmp_path / "tour-out.ipynb"
+    with pytest.raises(papermill.PapermillExecutionError) as failure:
+        papermill.execute_notebook(
+            str(NOTEBOOKS[0].parent / "tour.ipynb"), str(out), parameters={"greeting": "papermill"},
+            kernel_name="klbr", progress_bar=False, cwd=str(tmp_path),
+        )
+    assert failure.value.ename == "WorkerLost"
+    nb = nbformat.read(out, as_version=4)
+    texts = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs]
+    assert "hello, papermill\n" in texts
+    assert "the session carries on; execution counts keep rising\n" in texts
