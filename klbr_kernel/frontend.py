@@ -52,6 +52,10 @@ class Frontend:
             sock.linger = 1000
             if kind == zmq.ROUTER:
                 sock.router_handover = 1  # a reconnecting client takes over its identity
+            else:
+                # Report every subscription, not only the first per topic, so a frontend that
+                # connects while another is attached still gets its iopub_welcome.
+                sock.setsockopt(zmq.XPUB_VERBOSE, 1)
             sock.bind(channel_url(self.info, name))
             handler = self._subscription if name == "iopub" else (lambda f, n=name: self._received(n, f))
             self._channels[name] = Channel(f"frontend.{name}", sock, handler)

@@ -230,6 +230,10 @@ class Generation:
             sock.sndhwm = 0
             if name == "iopub":
                 sock.setsockopt(zmq.SUBSCRIBE, b"")
+            else:
+                # ipykernel sends input_request to the identity the execute came from on shell, so
+                # shell and stdin must share one (as jupyter_client's clients do).
+                sock.setsockopt(zmq.IDENTITY, self._session.bsession)
             sock.connect(f"ipc://{info['ip']}-{info[name + '_port']}")
             self._channels[name] = Channel(
                 f"gen{self.number}.{name}", sock, lambda frames, n=name: self._received(n, frames)

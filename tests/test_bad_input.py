@@ -1,0 +1,86 @@
+"""Bad input gets dropped or a named error, is logged, and loses nothing: the kernel keeps serving."""
+
+from __future__ import annotations
+
+import json
+
+import zmq
+from jupyter_client.session import Session
+
+from conftest import execute
+
+
+def _shell(km):
+    info = km.get_connection_info()
+    sock = zmq.Context.instance().socket(zmq.DEALER)
+    sock.linger = 0
+    sock.connect(f"{info['transport']}://{info['ip']}:{info['shell_port']}")
+    return sock, Session(key=info["key"], signature_scheme=info["signature_scheme"])
+
+
+def test_bad_signature_and_malformed_frames_are_dropped(kernel):
+    km, kc = kernel
+    sock, session = _shell(km)
+    try:
+        msg = session.msg("execute_request", {"code": "evil = 1", "silent": False})
+        frames = session.serialize(msg)
+        frames[1] = b"0" * 64  # wrong HMAC
+        sock.send_multipart(frames)
+        sock.send_multipart([b"no delimiter at all"])
+        sock.send_multipart([b"<IDS|MSG>", b"sig", b"{not json"])
+        forged = Session(key=b"another key").serialize(Session(key=b"another key").msg("kernel_info_request"))
+        sock.send_multipart(forged)
+        assert not sock.poll(500), "nothing answers a message that failed verification"
+    finally:
+        sock.close()
+    reply, outputs = execute(kc, "'evil' in globals()")
+    assert reply["content"]["status"] == "ok"
+    assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["False"]
+
+
+def test_signed_but_undecodable_content_gets_a_named_error(kernel):
+    km, kc = kernel
+    sock, session = _shell(km)
+    try:
+        msg = session.msg("execute_request", {})
+        header, parent, metadata = (session.pack(msg[k]) for k in ("header", "parent_header", "metadata"))
+        content = b"[1, 2"  # signed, but not JSON
+        sock.send_multipart([b"<IDS|MSG>", session.sign([header, parent, metadata, content]), header, parent, metadata, content])
+        assert sock.poll(5000)
+        _, frames = session.feed_identities(sock.recv_multipart())
+        reply = session.deserialize(frames)
+        assert reply["parent_header"]["msg_id"] == msg["header"]["msg_id"]
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "InvalidMessage"
+    finally:
+        sock.close()
+    reply, _ = execute(kc, "1 + 1")
+    assert reply["content"]["status"] == "ok"
+
+
+def test_unknown_message_types_get_busy_and_idle_and_no_reply(kernel):
+    km, kc = kernel
+    msg = kc.session.msg("no_such_request", {})
+    kc.shell_channel.send(msg)
+    states = []
+    while len(states) < 2:
+        m = kc.get_iopub_msg(timeout=10)
+        if m["parent_header"].get("msg_id") == msg["header"]["msg_id"] and m["msg_type"] == "status":
+            states.append(m["content"]["execution_state"])
+    assert states == ["busy", "idle"]
+    reply, _ = execute(kc, "2")
+    assert reply["content"]["status"] == "ok"
+
+
+def test_subshell_requests_get_error_replies(kernel):
+    km, kc = kernel
+    msg = kc.session.msg("create_subshell_request", {})
+    kc.control_channel.send(msg)
+    reply = kc.control_channel.get_msg(timeout=10)
+    assert reply["msg_type"] == "create_subshell_reply"
+    assert reply["content"]["status"] == "error"
+    kc.kernel_info()
+    info = kc.get_shell_msg(timeout=10)["content"]
+    assert "kernel subshells" not in info["supported_features"]
+    assert info["implementation"] == "klbr"
+    assert json.dumps(info["language_info"])

@@ -1,0 +1,131 @@
+"""Starting, interrupting and ending workers: always an answer, never an orphan."""
+
+from __future__ import annotations
+
+import os
+import signal
+import tempfile
+import time
+from pathlib import Path
+
+from conftest import collect, execute, kill_quietly, process_gone, start_kernel, worker_pid
+
+
+def _result(outputs):
+    return [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"]
+
+
+def test_kernel_info_is_answered_before_the_worker_is_ready():
+    with start_kernel(extra_arguments=["--Supervisor.worker_kernel=dies-on-start"]) as (km, kc):
+        kc.kernel_info()
+        info = kc.get_shell_msg(timeout=5)["content"]
+        assert info["implementation"] == "klbr"
+        assert info["language_info"]["name"] == "python"
+
+
+def test_a_worker_that_dies_while_starting_gives_WorkerStartFailed_with_its_stderr():
+    with start_kernel(extra_arguments=["--Supervisor.worker_kernel=dies-on-start"]) as (km, kc):
+        for _ in range(2):  # each cell tries again, and each gets its answer
+            reply, outputs = execute(kc, "1 + 1", timeout=30)
+            content = reply["content"]
+            assert content["status"] == "error"
+            assert content["ename"] == "WorkerStartFailed"
+            assert "exited with status 3" in content["evalue"]
+            assert "the worker cannot load its numpy" in content["evalue"]
+            assert [m["content"]["execution_state"] for m in outputs if m["msg_type"] == "status"] == ["busy", "idle"]
+            assert any(m["msg_type"] == "error" for m in outputs)
+
+
+def test_interrupt_stops_the_cell_and_keeps_the_namespace(kernel):
+    km, kc = kernel
+    execute(kc, "kept = 42")
+    msg_id = kc.execute("import time\ntime.sleep(60)")
+    while kc.get_iopub_msg(timeout=10)["msg_type"] != "execute_input":
+        pass
+    km.interrupt_kernel()
+    reply, _ = collect(kc, msg_id, timeout=10)
+    assert reply["content"]["ename"] == "KeyboardInterrupt"
+    _, outputs = execute(kc, "kept")
+    assert _result(outputs) == ["42"]
+
+
+def test_debug_and_usage_requests_reach_the_worker(kernel):
+    km, kc = kernel
+    kc.kernel_info()
+    assert kc.get_shell_msg(timeout=5)["content"]["debugger"] is True
+    msg = kc.session.msg("debug_request", {"type": "request", "seq": 1, "command": "initialize",
+                                           "arguments": {"clientID": "test", "adapterID": "python", "pathFormat": "path"}})
+    kc.control_channel.send(msg)
+    reply = kc.control_channel.get_msg(timeout=20)
+    assert reply["msg_type"] == "debug_reply"
+    assert reply["content"]["success"] is True
+    msg = kc.session.msg("usage_request", {})
+    kc.control_channel.send(msg)
+    reply = kc.control_channel.get_msg(timeout=10)
+    assert reply["msg_type"] == "usage_reply"
+    assert reply["content"]["pid"] != km.provisioner.process.pid  # the worker's, not the proxy's
+
+
+def test_shutdown_replies_fast_and_leaves_nothing_behind():
+    before = set(os.listdir(tempfile.gettempdir()))
+    with start_kernel() as (km, kc):
+        pid = worker_pid(kc)
+        _, outputs = execute(kc, "import subprocess\nchild = subprocess.Popen(['sleep', '600'])\nchild.pid")
+        grandchild = int(_result(outputs)[0])
+        # a cell that ignores SIGTERM: shutdown must not wait for it beyond the SIGKILL grace
+        kc.execute("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)")
+        time.sleep(0.5)
+        proxy = km.provisioner.process
+        start = time.monotonic()
+        kc.shutdown()
+        reply = kc.get_control_msg(timeout=5) if hasattr(kc, "get_control_msg") else kc.control_channel.get_msg(timeout=5)
+        elapsed = time.monotonic() - start
+        assert reply["msg_type"] == "shutdown_reply" and reply["content"]["status"] == "ok"
+        assert elapsed < 3, f"shutdown_reply after {elapsed:.1f}s"
+        assert proxy.wait(timeout=5) == 0
+    assert process_gone(pid) and process_gone(grandchild)
+    left = {n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith(("klbr-", "ipykernel_"))}
+    assert not left, left
+
+
+def test_sigterm_to_the_proxy_ends_its_workers():
+    with start_kernel() as (km, kc):
+        pid = worker_pid(kc)
+        proxy = km.provisioner.process
+        os.kill(proxy.pid, signal.SIGTERM)
+        assert proxy.wait(timeout=5) == 0
+        assert process_gone(pid, timeout=2)
+
+
+def test_workers_die_with_a_sigkilled_proxy_even_hung_in_c():
+    with start_kernel() as (km, kc):
+        pid = worker_pid(kc)
+        _, outputs = execute(kc, "import subprocess\nchild = subprocess.Popen(['sleep', '600'])\nchild.pid")
+        grandchild = int(_result(outputs)[0])
+        # Hold the GIL in C with SIGINT and SIGTERM blocked: ipykernel's parent poller cannot run.
+        kc.execute("import ctypes, signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})\n"
+                   "ctypes.PyDLL(None).sleep(600)")
+        time.sleep(1)
+        proxy = km.provisioner.process
+        try:
+            os.kill(proxy.pid, signal.SIGKILL)
+            proxy.wait(timeout=5)
+            assert process_gone(pid, timeout=5), "worker outlived its proxy"
+            assert process_gone(grandchild, timeout=5), "the worker's child outlived the proxy"
+        finally:
+            kill_quietly(pid)
+            kill_quietly(grandchild)
+
+
+def test_execution_counts_and_history_agree_across_a_loss(kernel):
+    km, kc = kernel
+    execute(kc, "10")
+    execute(kc, "20")
+    reply, _ = execute(kc, "import os; os.kill(os.getpid(), 9)")
+    assert reply["content"]["ename"] == "WorkerLost"
+    lost = reply["content"]["execution_count"]
+    assert lost == 3
+    reply, outputs = execute(kc, "30")
+    assert reply["content"]["execution_count"] == 4
+    _, outputs = execute(kc, "print(_, Out[4], In[4], len(In))")
+    assert outputs[-2]["content"]["text"] == "30 30 30 6\n"
