@@ -1,0 +1,148 @@
+"""klbr against plain ipykernel, side by side in one run: `make bench`.
+
+Every measure runs interleaved (klbr, ipykernel, ipykernel again as an A/A check of the noise) in
+rounds, so drift on the machine hits all alike. Prints medians and the ratio klbr / ipykernel.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import sys
+import tempfile
+import time
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+
+from jupyter_client.manager import KernelManager
+
+KERNELS = {"klbr": "klbr", "ipykernel": "python3", "ipykernel A/A": "python3-aa"}
+
+
+def _aa_kernelspec() -> str:
+    """A second kernelspec for plain ipykernel, so the A/A line compares two identical kernels."""
+    root = tempfile.mkdtemp(prefix="klbr-bench-")
+    spec = Path(root, "kernels", "python3-aa")
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "ipykernel A/A", "language": "python",
+    }))
+    os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [root, os.environ.get("JUPYTER_PATH")]))
+    return root
+
+
+@contextmanager
+def kernel(name: str):
+    km = KernelManager(kernel_name=name)
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    kc.wait_for_ready(timeout=60)
+    try:
+        yield km, kc
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel()
+
+
+def run_cell(kc, code: str, timeout: float = 300) -> float:
+    """Seconds from sending an execute to having both its reply and its idle."""
+    start = time.perf_counter()
+    msg_id = kc.execute(code)
+    idle = reply = False
+    while not (idle and reply):
+        if not idle:
+            msg = kc.get_iopub_msg(timeout=timeout)
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status" \
+                    and msg["content"]["execution_state"] == "idle":
+                idle = True
+        if not reply and kc.shell_channel.msg_ready():
+            reply = kc.get_shell_msg(timeout=timeout)["parent_header"].get("msg_id") == msg_id
+        elif idle and not reply:
+            reply = kc.get_shell_msg(timeout=timeout)["parent_header"].get("msg_id") == msg_id
+    return time.perf_counter() - start
+
+
+def startup(name: str) -> tuple[float, float]:
+    """(start -> first kernel_info reply, start -> first trivial cell done), in seconds."""
+    km = KernelManager(kernel_name=name)
+    start = time.perf_counter()
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    try:
+        msg_id = kc.kernel_info()
+        while kc.get_shell_msg(timeout=60)["parent_header"].get("msg_id") != msg_id:
+            pass
+        info = time.perf_counter() - start
+        run_cell(kc, "pass")
+        first = time.perf_counter() - start
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel()
+    return info, first
+
+
+def pct(values: list[float], p: float) -> float:
+    values = sorted(values)
+    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--cells", type=int, default=200, help="trivial cells per kernel per round")
+    ap.add_argument("--output-mib", type=int, default=50)
+    ap.add_argument("--out", default="benchmarks/results/latest.json")
+    args = ap.parse_args()
+    _aa_kernelspec()
+    results: dict[str, dict[str, list[float]]] = {k: {} for k in KERNELS}
+
+    def add(label: str, measure: str, value: float) -> None:
+        results[label].setdefault(measure, []).append(value)
+
+    for r in range(args.rounds):
+        for label, name in KERNELS.items():
+            info, first = startup(name)
+            add(label, "start → kernel_info (s)", info)
+            add(label, "start → first cell (s)", first)
+        for label, name in KERNELS.items():
+            with kernel(name) as (km, kc):
+                run_cell(kc, "pass")
+                for _ in range(args.cells):
+                    add(label, "trivial cell (ms)", run_cell(kc, "pass") * 1000)
+                code = (f"import sys\nchunk = 'x' * 65536\nfor _ in range({args.output_mib * 16}):\n"
+                        "    sys.stdout.write(chunk)\nsys.stdout.flush()")
+                add(label, f"{args.output_mib} MiB output in 64 KiB writes (s)", run_cell(kc, code))
+                add(label, "100 000 print() calls (s)", run_cell(kc, "for i in range(100_000):\n    print(i)"))
+        print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+
+    rows = []
+    measures = list(results["klbr"])
+    for m in measures:
+        if m == "trivial cell (ms)":
+            for label, p in (("p50", 50), ("p90", 90), ("p99", 99)):
+                rows.append((f"trivial cell {label} (ms)", *(pct(results[k][m], p) for k in KERNELS)))
+        else:
+            rows.append((m, *(statistics.median(results[k][m]) for k in KERNELS)))
+    header = f"| measure | klbr | ipykernel | klbr / ipykernel | A/A (ipykernel / ipykernel) |"
+    lines = [header, "|---|---|---|---|---|"]
+    for name, k, ip, aa in rows:
+        lines.append(f"| {name} | {k:.3f} | {ip:.3f} | {k / ip:.2f}× | {aa / ip:.2f}× |")
+    machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    table = "\n".join(lines)
+    print(f"\nklbr vs plain ipykernel — {when} — {machine}\n{args.rounds} rounds, medians (latency percentiles over all cells)\n")
+    print(table)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"when": when, "machine": machine, "rounds": args.rounds, "raw": results, "table": table}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
