@@ -1,0 +1,39 @@
+"""Installing: the wheel ships the kernelspec as shared data; `klbr-kernel install` writes it."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+ROOT = Path(__file__).parent.parent
+
+
+def test_the_wheel_ships_the_kernelspec_as_shared_data(tmp_path):
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        check=True,
+    )
+    (wheel,) = tmp_path.glob("klbr_kernel-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    shared = [n for n in names if ".data/data/share/jupyter/kernels/klbr/" in n]
+    assert {Path(n).name for n in shared} == {"kernel.json", "logo-32x32.png", "logo-64x64.png"}
+    spec = json.loads(zipfile.ZipFile(wheel).read(next(n for n in shared if n.endswith("kernel.json"))))
+    assert spec["argv"][1:] == ["-m", "klbr_kernel", "-f", "{connection_file}"]
+    assert spec["interrupt_mode"] == "message" and spec["display_name"] == "Python 3 (klbr)"
+
+
+def test_install_writes_an_absolute_interpreter_path(tmp_path):
+    subprocess.run([sys.executable, "-m", "klbr_kernel", "install", "--prefix", str(tmp_path), "--name", "klbr-test"], check=True)
+    spec = json.loads((tmp_path / "share/jupyter/kernels/klbr-test/kernel.json").read_text())
+    assert spec["argv"][0] == sys.executable and Path(spec["argv"][0]).is_absolute()
+    assert (tmp_path / "share/jupyter/kernels/klbr-test/logo-64x64.png").exists()
+
+
+def test_jupyter_lists_the_kernel():
+    out = subprocess.run([sys.executable, "-m", "jupyter", "kernelspec", "list", "--json"], check=True,
+                         capture_output=True, text=True).stdout
+    specs = json.loads(out)["kernelspecs"]
+    assert specs["klbr"]["spec"]["display_name"] == "Python 3 (klbr)"
