@@ -1,10 +1,31 @@
 """jupyter_kernel_test's protocol suite against the installed `klbr` kernelspec."""
 
+import os
+import tempfile
+
 import jupyter_kernel_test as jkt
 
 
 class KlbrKernelTests(jkt.KernelTests):
     kernel_name = "klbr"
+
+    @classmethod
+    def setUpClass(cls) -> None:
+        # A history database of its own: the suite's history search counts matches, and other
+        # tests' cells in a shared ~/.ipython would be found too.
+        cls._ipython_dir = tempfile.TemporaryDirectory()
+        cls._saved_ipython_dir = os.environ.get("IPYTHONDIR")
+        os.environ["IPYTHONDIR"] = cls._ipython_dir.name
+        super().setUpClass()
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        super().tearDownClass()
+        if cls._saved_ipython_dir is None:
+            os.environ.pop("IPYTHONDIR", None)
+        else:
+            os.environ["IPYTHONDIR"] = cls._saved_ipython_dir
+        cls._ipython_dir.cleanup()
     language_name = "python"
     file_extension = ".py"
 
