@@ -52,3 +52,34 @@ def ending_error(ending: Ending, *, generation: int, pid: int | None, cell: str)
         f"Its namespace is gone and nothing was re-run; the next cell runs in a new generation."
     )
     return CellError(ename, text[0].upper() + text[1:])
+
+
+def crash_loop_error(restarts: int, window: float) -> CellError:
+    return CellError(
+        "CrashLoop",
+        f"The worker was lost {restarts} times within {window:.0f} s, so klbr stopped starting new ones "
+        "rather than loop. Nothing ran. Fix the cause, then run `%klbr restart` to start a fresh generation.",
+    )
+
+
+def poisoned_error(losses: int) -> CellError:
+    return CellError(
+        "PoisonedCell",
+        f"This exact code killed its worker {losses} times in a row, so it was not run again. "
+        "Change the code, or run `%klbr restart` to allow it once more.",
+    )
+
+
+def timeout_error(count: int | None, seconds: float | None, *, killed: bool, generation: int | None = None,
+                  pid: int | None = None, how: str = "") -> CellError:
+    cell = f"Cell [{count}]" if count is not None else "The cell"
+    limit = f"{seconds:g} s" if seconds is not None else "its deadline"
+    if not killed:
+        return CellError("CellTimeout", f"{cell} ran past its deadline of {limit} and was interrupted; "
+                                        "the namespace is intact.")
+    return CellError(
+        "CellTimeout",
+        f"{cell} ran past its deadline of {limit} and did not stop when interrupted, so generation "
+        f"{generation} (pid {pid}) was ended: {how}. Its namespace is gone and nothing was re-run; "
+        "the next cell runs in a new generation.",
+    )

@@ -1,16 +1,15 @@
 """The proxy kernel: speaks Jupyter to the frontend and routes everything through the supervisor.
 
-It answers kernel_info, interrupt and shutdown itself; queues shell requests and sends them to the
-current generation one at a time; forwards comm, stdin and control traffic; and relays the worker's
-replies and iopub untouched (the worker signs with the frontend's key and the proxy's session id, so
-every message the frontend sees carries one session). When a generation ends, every request that was
-waiting on it is answered here (DESIGN.md semantics 1, 2, 10, 11).
+It answers kernel_info, interrupt, shutdown and `%klbr` cells itself; queues shell requests and sends
+them to the current generation one at a time; forwards comm, stdin and control traffic; and relays
+the worker's replies and iopub untouched (the worker signs with the frontend's key and the proxy's
+session id, so every message the frontend sees carries one session). When a generation ends, every
+request that was waiting on it is answered here (DESIGN.md semantics 1, 2, 8, 10, 11).
 """
 
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from datetime import datetime, timezone
 
@@ -23,9 +22,11 @@ from klbr_supervisor.wire import Wire
 
 from .frontend import Frontend
 from .kernel_info import kernel_info_content
-from .outcomes import CellError, ending_error
+from .magics import MagicError, cell_timeout, line_magics
+from .outcomes import CellError, crash_loop_error, ending_error, poisoned_error, timeout_error
 from .queue import ShellQueue
-from .requests import COMM, OWN, QUEUED, SUBSHELL, Request
+from .requests import OWN, QUEUED, SUBSHELL, Request
+from .status import magic_output
 
 log = logging.getLogger(__name__)
 
@@ -42,11 +43,13 @@ class Proxy:
         self.supervisor = Supervisor(self, session=session, parent=parent)
         self.queue = ShellQueue()
         self.generation: Generation | None = None
-        # Forwarded requests still waiting for a reply or an idle, by msg_id.
+        # Requests sent to the current generation and not yet finished (reply and idle), by msg_id.
         self._waiting: dict[str, Request] = {}
         # Forwarded-at-once requests that arrived while no generation was ready.
         self._held: list[Request] = []
         self._last_execute: Request | None = None
+        self._open_comms: set[str] = set()
+        self._debugging = False
         self._notice: str | None = None
         self._stopping = False
         self._stopped = asyncio.Event()
@@ -66,7 +69,7 @@ class Proxy:
             self._tg.create_task(self._shutdown(None))
 
     def request_interrupt(self) -> None:
-        """SIGINT (clients that interrupt by signal)."""
+        """SIGINT, from clients that interrupt by signal: the same ladder as interrupt_request."""
         self._tg.create_task(self.supervisor.interrupt())
 
     # -- from the frontend -------------------------------------------------------------------------
@@ -74,6 +77,7 @@ class Proxy:
     def _frontend_message(self, channel: str, wire: Wire) -> None:
         if channel == "stdin":
             # input_reply: to the worker that asked. Never recorded (getpass answers stay secret).
+            self.supervisor.cell_input(False)
             self.supervisor.send("stdin", wire.frames())
             return
         try:
@@ -82,19 +86,32 @@ class Proxy:
             log.warning("%s: %s with undecodable content: %s", channel, wire.msg_type, e)
             self._answer_invalid(Request(channel, wire), f"content is not a JSON object: {e}")
             return
-        if self._stopping:
-            self._own_reply(req, {"status": "aborted"} if req.msg_type.endswith("_request") else None)
-            return
         msg_type = req.msg_type
-        if msg_type in OWN:
+        if self._stopping:
+            self._own_reply(req, {"status": "aborted"} if msg_type.endswith("_request") else None)
+        elif msg_type in OWN:
             self._own(req)
         elif msg_type in SUBSHELL:
-            self._own_reply(req, CellError("SubshellsNotSupported", "klbr does not offer kernel subshells").content() | {"status": "error"})
+            error = CellError("SubshellsNotSupported", "klbr does not offer kernel subshells")
+            self._own_reply(req, {"status": "error", **error.content()})
         elif channel == "shell" and msg_type in QUEUED:
+            if msg_type == "execute_request":
+                self._read_magics(req)
             self.queue.push(req)
             self._pump()
         else:
             self._forward_now(req)
+
+    def _read_magics(self, req: Request) -> None:
+        code = req.code
+        try:
+            req.magics = line_magics(code)
+            if req.magics is None:
+                timed = cell_timeout(code)
+                if timed is not None:
+                    req.timeout, req.body = timed
+        except MagicError as e:
+            req.magic_error = str(e)
 
     def _own(self, req: Request) -> None:
         if req.msg_type == "kernel_info_request":
@@ -118,8 +135,10 @@ class Proxy:
         if req is not None:
             self.frontend.status("busy", req.header)
         await self.supervisor.shutdown()
-        for pending in self.queue.clear() + self._held:
-            self._own_reply(pending, {"status": "aborted"} if pending.msg_type in QUEUED else None)
+        pending = ([self.queue.inflight] if self.queue.inflight else []) + self.queue.clear() + self._held
+        self.queue.inflight = None
+        for r in pending:
+            self._own_reply(r, {"status": "aborted"} if r.msg_type in QUEUED else None, busy=not r.busy_seen)
         self._held.clear()
         if req is not None:
             content = {"status": "ok", "restart": bool(req.content.get("restart", False))}
@@ -135,41 +154,94 @@ class Proxy:
             self._held.append(req)
             self.supervisor.ensure_started()
             return
+        req.generation = gen
         self._waiting[req.msg_id] = req
+        if req.msg_type == "comm_open":
+            self._open_comms.add(req.content.get("comm_id", ""))
+        elif req.msg_type == "comm_close":
+            self._open_comms.discard(req.content.get("comm_id", ""))
+        elif req.msg_type == "debug_request":
+            self._debugging = True
         self.supervisor.send(req.channel, req.wire.frames())
 
+    # -- the queue ---------------------------------------------------------------------------------
+
     def _pump(self) -> None:
-        """Send the next queued request if the current generation is free."""
-        while self.generation is not None:
-            req = self.queue.take()
-            if req is None:
+        """Start the next queued request: answered here, refused, or sent to the current generation."""
+        while self.queue.inflight is None and self.queue.waiting and not self._stopping:
+            req = self.queue.waiting[0]
+            if req.msg_type == "execute_request" and (req.magics is not None or req.magic_error):
+                self.queue.take()
+                self._tg.create_task(self._run_magics(req))
                 return
-            self._waiting[req.msg_id] = req
-            if req.msg_type == "execute_request":
-                self._last_execute = req
-                if self._notice:
-                    self.frontend.send_iopub("stream", {"name": "stderr", "text": self._notice}, req.header)
-                    self._notice = None
-                frames = self._as_worker_execute(req)
-            else:
-                frames = req.wire.frames()
-            self.supervisor.send("shell", frames)
+            refusal = self._refusal(req)
+            if refusal is not None:
+                self.queue.take()
+                self._answer_here(req, error=refusal)
+                continue
+            if self.generation is None:
+                self.supervisor.ensure_started()
+                return
+            self._send_to_worker(self.queue.take())
             return
-        if self.queue.waiting:
-            self.supervisor.ensure_started()
+
+    def _refusal(self, req: Request) -> CellError | None:
+        """Why `req` must not run now, if it must not (crash loop, poisoned code)."""
+        if self.generation is None and self.supervisor.crash_loop is not None:
+            return crash_loop_error(self.supervisor.crash_loop, self.supervisor.restart_window)
+        if req.msg_type == "execute_request":
+            code = req.worker_code
+            if self.supervisor.policy.is_poisoned(code):
+                return poisoned_error(self.supervisor.policy.poison_count())
+        return None
+
+    def _send_to_worker(self, req: Request) -> None:
+        req.generation = self.generation
+        self._waiting[req.msg_id] = req
+        if req.msg_type != "execute_request":
+            self.supervisor.send("shell", req.wire.frames())
+            return
+        self._last_execute = req
+        if self._notice and not req.silent:
+            self.frontend.send_iopub("stream", {"name": "stderr", "text": self._notice}, req.header)
+            self._notice = None
+        self.supervisor.send_execute(self._as_worker_execute(req), counts=req.counts)
 
     def _as_worker_execute(self, req: Request) -> list:
-        """The execute as the worker gets it: stop_on_error off, since the proxy applies it.
+        """The execute as the worker gets it: stop_on_error off (the proxy applies it), and the
+        body of a `%%klbr timeout=` cell without its first line.
 
         ipykernel aborts what reaches it right after an error; with one request in flight that would
         abort the next cell the proxy sends, not the ones the frontend had queued.
         """
-        if not req.content.get("stop_on_error", True):
+        if not req.content.get("stop_on_error", True) and req.body is None:
             return req.wire.frames()
-        content = dict(req.content, stop_on_error=False)
+        content = dict(req.content, stop_on_error=False, code=req.worker_code)
         body = req.wire.body
         packed = [bytes(body[1]), bytes(body[2]), bytes(body[3]), self.session.pack(content)]
         return [req.wire.frames()[0], self.session.sign(packed), *packed, *body[5:]]
+
+    def _finish_inflight(self, req: Request, status: str) -> None:
+        """`req` has its reply and idle: abort the executes queued behind an error, as ipykernel does."""
+        if req is not self.queue.inflight:
+            return
+        for aborted in self.queue.finish(req, status):
+            self._own_reply(aborted, {"status": "aborted"})
+
+    # -- %klbr cells -------------------------------------------------------------------------------
+
+    async def _run_magics(self, req: Request) -> None:
+        error, text = None, ""
+        if req.magic_error:
+            error = CellError("UsageError", req.magic_error)
+        else:
+            try:
+                for magic in req.magics:
+                    text += await magic_output(magic, self.supervisor)
+            except MagicError as e:
+                error = CellError("UsageError", str(e))
+        self._answer_here(req, error=error, stdout=text)
+        self._pump()
 
     # -- from the supervisor (WorkerListener) ------------------------------------------------------
 
@@ -181,6 +253,8 @@ class Proxy:
         if channel == "stdin":
             req = req or self._last_execute
             if req is not None:
+                if wire.msg_type == "input_request":
+                    self.supervisor.cell_input(True)
                 self.frontend.forward("stdin", req.idents, wire.frames())
             return
         if req is None:
@@ -188,31 +262,53 @@ class Proxy:
             return
         req.reply = wire
         if wire.msg_type == "execute_reply":
-            count = wire.content.get("execution_count")
-            if isinstance(count, int):
-                self.supervisor.note_execution_count(count)
-        self.frontend.forward(req.channel, req.idents, wire.frames())
+            self._execute_reply(req, wire)
+        else:
+            self.frontend.forward(req.channel, req.idents, wire.frames())
         self._check_done(req)
 
+    def _execute_reply(self, req: Request, wire: Wire) -> None:
+        count = wire.content.get("execution_count")
+        if req.counts and isinstance(count, int) and wire.content.get("status") != "aborted":
+            self.supervisor.note_execution_count(count, from_worker=True)
+        if self.supervisor.cell_timed_out(req.msg_id):
+            # The deadline's interrupt worked: the namespace is kept, but the cell's outcome is the
+            # deadline, not a KeyboardInterrupt the user never pressed.
+            error = timeout_error(req.count, self.supervisor.policy.timeout_for(req.timeout), killed=False)
+            content = {"status": "error", **error.content(), "execution_count": count}
+            req.reply_status = "error"
+            self.frontend.send_iopub("error", error.content(), req.header)
+            self._reply(req, content)
+            return
+        req.reply_status = wire.content.get("status", "ok")
+        self.frontend.forward(req.channel, req.idents, wire.frames())
+
     def _worker_iopub(self, wire: Wire) -> None:
-        if wire.msg_type == "status":
+        msg_type = wire.msg_type
+        if msg_type == "status":
             req = self._waiting.get(wire.parent_id)
             state = wire.content.get("execution_state")
             if req is not None and state == "busy":
                 if req.busy_seen:
                     return  # a retried request: the frontend already saw its busy
                 req.busy_seen = True
+                if req.msg_type == "execute_request" and req is self.queue.inflight:
+                    self.supervisor.cell_started(req.msg_id, req.worker_code, req.timeout)
             self.frontend.forward("iopub", wire.prefix, wire.frames())
             if req is not None and state == "idle":
                 req.idle = wire
                 self._check_done(req)
             return
         self.frontend.forward("iopub", wire.prefix, wire.frames())
-        if wire.msg_type == "execute_input":
+        if msg_type == "execute_input":
             count = wire.content.get("execution_count")
             req = self._waiting.get(wire.parent_id)
             if req is not None and isinstance(count, int):
                 req.count = count
+        elif msg_type == "comm_open":
+            self._open_comms.add(wire.content.get("comm_id", ""))
+        elif msg_type == "comm_close":
+            self._open_comms.discard(wire.content.get("comm_id", ""))
 
     def _check_done(self, req: Request) -> None:
         expects_reply = req.msg_type in QUEUED or req.msg_type in _CONTROL_REPLIES
@@ -220,9 +316,9 @@ class Proxy:
             return
         self._waiting.pop(req.msg_id, None)
         if req is self.queue.inflight:
-            status = req.reply.content.get("status", "ok") if req.reply is not None else "ok"
-            for aborted in self.queue.finish(req, status):
-                self._own_reply(aborted, {"status": "aborted"})
+            if req.msg_type == "execute_request":
+                self.supervisor.cell_finished(req.msg_id)
+            self._finish_inflight(req, req.reply_status or "ok")
             self._pump()
 
     def generation_ready(self, generation: Generation) -> None:
@@ -236,22 +332,32 @@ class Proxy:
         """Answer everything that waited on `generation`; retry what is safe to retry (semantics 8)."""
         was_ready = self.generation is generation
         self.generation = None
-        if ending.reason is EndReason.SHUTDOWN:
-            for req in list(self._waiting.values()):
-                self._own_reply(req, {"status": "aborted"} if req.msg_type in QUEUED else None, busy=not req.busy_seen)
-            self._waiting.clear()
-            self.queue.inflight = None
-            return
+        waiting, self._waiting = self._waiting, {}
         inflight = self.queue.inflight
-        for req in list(self._waiting.values()):
+        if ending.reason is EndReason.SHUTDOWN:
+            for req in waiting.values():
+                self._own_reply(req, {"status": "aborted"} if req.msg_type in QUEUED else None, busy=not req.busy_seen)
+            if inflight is not None and inflight.generation is generation:
+                self.queue.inflight = None
+            return
+        parent = self._last_execute.header if self._last_execute else {}
+        for req in waiting.values():
             if req is inflight:
                 continue
             # comm and control traffic the worker never finished: close its bracket.
-            content = self._error_content(ending, generation, req) if req.msg_type in _CONTROL_REPLIES else None
+            content = None
+            if req.msg_type in _CONTROL_REPLIES:
+                content = {"status": "error", **self._ending_error(ending, generation, req).content()}
             self._own_reply(req, content, busy=not req.busy_seen)
-        self._waiting.clear()
-        if inflight is not None:
-            self._answer_inflight(inflight, ending, generation)
+        for comm_id in sorted(self._open_comms):
+            # Its widgets lived in the dead worker: tell the frontend they are gone.
+            self.frontend.send_iopub("comm_close", {"comm_id": comm_id, "data": {}}, parent)
+        self._open_comms.clear()
+        if self._debugging:
+            self.frontend.send_iopub("debug_event", {"type": "event", "seq": 0, "event": "terminated", "body": {}}, parent)
+            self._debugging = False
+        if inflight is not None and inflight.generation is generation:
+            self._answer_lost(inflight, ending, generation)
         elif was_ready and ending.reason is EndReason.LOST:
             self._notice = (
                 f"klbr: the worker of generation {generation.number} (pid {generation.pid}) "
@@ -260,66 +366,78 @@ class Proxy:
         if ending.reason is EndReason.START_FAILED:
             # No worker to wait for: everything queued gets the same answer now, never a hang.
             for req in self.queue.clear() + self._held:
-                self._answer_error(req, ending, generation, busy=True)
+                self._answer_here(req, error=self._ending_error(ending, generation, req), finish=False)
             self._held.clear()
+        elif self.supervisor.crash_loop is not None:
+            self._pump()  # everything queued is refused with the crash-loop error
 
-    def _answer_inflight(self, req: Request, ending: Ending, generation: Generation) -> None:
-        self.queue.inflight = None
-        if req.msg_type != "execute_request":
-            if not req.retried and ending.reason is not EndReason.START_FAILED:
-                req.retried = True  # idempotent: once more on the next generation
-                req.reply = req.idle = None
-                self.queue.push_front(req)
-                return
-            self._answer_error(req, ending, generation, busy=not req.busy_seen)
+    def _answer_lost(self, req: Request, ending: Ending, generation: Generation) -> None:
+        if req.msg_type != "execute_request" and not req.retried and ending.reason is not EndReason.START_FAILED:
+            req.retried = True  # idempotent: once more on the next generation
+            req.reply = req.idle = None
+            self.queue.inflight = None
+            self.queue.push_front(req)
             return
-        self._answer_error(req, ending, generation, busy=not req.busy_seen)
-        for aborted in self.queue.finish(req, "error"):
-            self._own_reply(aborted, {"status": "aborted"})
+        self._answer_here(req, error=self._ending_error(ending, generation, req), busy=not req.busy_seen)
 
-    def _answer_error(self, req: Request, ending: Ending, generation: Generation, *, busy: bool) -> None:
-        seen_input = req.count is not None
-        content = self._error_content(ending, generation, req)
-        if busy:
-            self.frontend.status("busy", req.header)
-        if req.msg_type == "execute_request" and not seen_input and not req.silent:
-            # The worker died before announcing the cell: announce it, so the notebook shows In[n].
-            code = req.content.get("code", "")
-            self.frontend.send_iopub("execute_input", {"code": code, "execution_count": content["execution_count"]}, req.header)
-        if req.msg_type == "execute_request" and not req.silent:
-            self.frontend.send_iopub("error", {k: content[k] for k in ("ename", "evalue", "traceback")}, req.header)
-        self._own_reply(req, content, busy=False)
-
-    def _error_content(self, ending: Ending, generation: Generation, req: Request) -> dict:
-        count = req.count
-        if req.msg_type == "execute_request" and count is None and req.content.get("store_history", True) and not req.silent:
-            count = self.supervisor.last_count + 1
-        if count is not None:
-            self.supervisor.note_execution_count(count)
-        cell = f"cell [{count}]" if count is not None else "this request"
-        error = ending_error(ending, generation=generation.number, pid=generation.pid, cell=cell)
-        content = {"status": "error", **error.content()}
-        if req.msg_type == "execute_request":
-            content["execution_count"] = count
-            content.setdefault("user_expressions", {})
-            content.setdefault("payload", [])
-        return content
+    def _ending_error(self, ending: Ending, generation: Generation, req: Request) -> CellError:
+        if ending.reason in (EndReason.DEADLINE,) and req.msg_type == "execute_request":
+            return timeout_error(req.count or self.supervisor.last_count + 1,
+                                 self.supervisor.policy.timeout_for(req.timeout), killed=True,
+                                 generation=generation.number, pid=generation.pid, how=ending.how)
+        count = req.count if req.count is not None else self.supervisor.last_count + 1
+        cell = f"cell [{count}]" if req.msg_type == "execute_request" and req.counts else "this request"
+        return ending_error(ending, generation=generation.number, pid=generation.pid, cell=cell)
 
     # -- the proxy's own answers -------------------------------------------------------------------
 
+    def _answer_here(self, req: Request, *, error: CellError | None = None, stdout: str = "",
+                     busy: bool = True, finish: bool = True) -> None:
+        """Answer a queued request without (further) help from a worker: a `%klbr` cell, a refusal,
+        or a request whose generation ended. Executes get a count and an In[n], as any cell."""
+        if req.msg_type != "execute_request":
+            content = {"status": "error", **error.content()} if error else {"status": "ok"}
+            self._own_reply(req, content, busy=busy)
+        else:
+            if busy:
+                self.frontend.status("busy", req.header)
+            if req.counts:
+                announce = req.count is None  # the worker never said In[n] for it
+                if announce:
+                    req.count = self.supervisor.last_count + 1
+                self.supervisor.note_execution_count(req.count, code=req.code, from_worker=False)
+                if announce:
+                    self.frontend.send_iopub("execute_input", {"code": req.code, "execution_count": req.count}, req.header)
+            count = req.count if req.count is not None else self.supervisor.last_count
+            if stdout and not req.silent:
+                self.frontend.send_iopub("stream", {"name": "stdout", "text": stdout}, req.header)
+            if error is not None:
+                if not req.silent:
+                    self.frontend.send_iopub("error", error.content(), req.header)
+                content = {"status": "error", **error.content(), "execution_count": count}
+            else:
+                content = {"status": "ok", "execution_count": count, "user_expressions": {}, "payload": []}
+            self._reply(req, content)
+            self.frontend.status("idle", req.header)
+        if finish:
+            self._finish_inflight(req, "error" if error else "ok")
+
+    def _reply(self, req: Request, content: dict) -> None:
+        reply_type = req.msg_type.rsplit("_", 1)[0] + "_reply"
+        metadata = {
+            "started": datetime.now(timezone.utc).isoformat(),
+            "dependencies_met": True,
+            "engine": self.session.session,
+            "status": content.get("status"),
+        }
+        self.frontend.reply(req.channel, req.idents, reply_type, content, req.header, metadata)
+
     def _own_reply(self, req: Request, content: dict | None, *, busy: bool = True) -> None:
-        """Answer `req` here: busy (unless the worker already said it), reply if any, idle."""
+        """busy (unless the worker already said it), the reply if there is one, idle."""
         if busy:
             self.frontend.status("busy", req.header)
         if content is not None:
-            reply_type = req.msg_type.rsplit("_", 1)[0] + "_reply"
-            metadata = {
-                "started": datetime.now(timezone.utc).isoformat(),
-                "dependencies_met": True,
-                "engine": self.session.session,
-                "status": content.get("status"),
-            }
-            self.frontend.reply(req.channel, req.idents, reply_type, content, req.header, metadata)
+            self._reply(req, content)
         self.frontend.status("idle", req.header)
 
     def _answer_invalid(self, req: Request, why: str) -> None:

@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from klbr_supervisor.wire import Wire
+
+if TYPE_CHECKING:
+    from klbr_supervisor.generation import Generation
+
+    from .magics import Magic
 
 # Shell requests the proxy queues and forwards one at a time, as ipykernel serves them.
 QUEUED = frozenset(
@@ -38,6 +44,12 @@ class Request:
     busy_seen: bool = False  # the worker published busy for it (relayed once, also across a retry)
     count: int | None = None  # execution count, from the worker's execute_input
     retried: bool = False  # sent again after its generation was lost (idempotent types only)
+    generation: Generation | None = None  # where it was sent
+    reply_status: str | None = None  # the status of the reply the frontend got
+    magics: list[Magic] | None = None  # a cell of `%klbr` lines, answered by the proxy
+    magic_error: str | None = None
+    timeout: float | None = None  # `%%klbr timeout=SECONDS`
+    body: str | None = None  # the code after a `%%klbr` first line
 
     @classmethod
     def decode(cls, channel: str, wire: Wire) -> Request:
@@ -66,6 +78,21 @@ class Request:
     @property
     def done(self) -> bool:
         return self.reply is not None and self.idle is not None
+
+    @property
+    def code(self) -> str:
+        code = self.content.get("code", "")
+        return code if isinstance(code, str) else ""
+
+    @property
+    def worker_code(self) -> str:
+        """The code the worker runs (a `%%klbr` cell's body)."""
+        return self.body if self.body is not None else self.code
+
+    @property
+    def counts(self) -> bool:
+        """Whether this execute takes an execution count (as ipykernel: stored and not silent)."""
+        return not self.silent and bool(self.content.get("store_history", True))
 
     @property
     def silent(self) -> bool:

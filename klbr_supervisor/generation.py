@@ -80,7 +80,7 @@ class Generation:
         self._probe_replied = False
         self._iopub_seen = False
         self._end_reason: EndReason | None = None
-        self._count_set: asyncio.Future[None] | None = None
+        self.next_count = 1  # the execution count the worker will give its next counted cell
 
     def __repr__(self) -> str:
         return f"<Generation {self.number} pid={self.pid} {self.state.value}>"
@@ -129,41 +129,38 @@ class Generation:
             self.log.error("generation %d: not ready after %.0f s", self.number, timeout)
             await self.stop(EndReason.START_FAILED)
             return False
-        if not self._ready.done():
-            await self._exited
-            return False
+        if not self._ready.done() or self.state is not GenerationState.STARTING:
+            return False  # it died, or is being stopped (shutdown while it started)
         self._set_state(GenerationState.READY, "answered kernel_info")
         return True
 
-    async def continue_count(self, last_count: int, timeout: float) -> bool:
-        """Make the worker's next execution count `last_count + 1`, its `In` padded to match.
+    def sync_count(self, last_count: int, texts: dict[int, str]) -> None:
+        """Make the worker's next execution count `last_count + 1`, `In` padded to match.
 
-        A silent execute, so the frontend never sees it. Only for IPython workers; others start at 1.
+        A silent execute the frontend never sees, sent just before the execute that needs it (the
+        worker serves shell messages in order). `texts` fills `In[n]` for cells the worker never
+        saw (answered by the proxy); other gaps are empty strings. IPython workers only.
         """
         if self.kernel_info.get("language_info", {}).get("name") != "python":
-            return True
+            return
         code = (
-            "def _klbr_continue(ip=get_ipython()):\n"
-            f"    pad = [''] * ({last_count} - len(ip.history_manager.input_hist_parsed) + 1)\n"
-            "    ip.history_manager.input_hist_parsed.extend(pad)\n"
-            "    ip.history_manager.input_hist_raw.extend(pad)\n"
+            "def _klbr_sync(ip=get_ipython()):\n"
+            "    hist = ip.history_manager\n"
+            f"    texts = {texts!r}\n"
+            f"    while len(hist.input_hist_parsed) <= {last_count}:\n"
+            "        text = texts.get(len(hist.input_hist_parsed), '')\n"
+            "        hist.input_hist_parsed.append(text)\n"
+            "        hist.input_hist_raw.append(text)\n"
             f"    ip.execution_count = {last_count + 1}\n"
-            "_klbr_continue(); del _klbr_continue\n"
+            "_klbr_sync(); del _klbr_sync\n"
         )
         msg = self._session.msg(
             "execute_request",
             {"code": code, "silent": True, "store_history": False, "user_expressions": {}, "allow_stdin": False},
         )
         self._probe_ids.add(msg["header"]["msg_id"])
-        self._count_set = self._loop.create_future()
         self._channels["shell"].send(self._session.serialize(msg))
-        try:
-            async with asyncio.timeout(timeout):
-                await asyncio.wait({self._count_set, self._exited}, return_when=asyncio.FIRST_COMPLETED)
-        except TimeoutError:
-            await self.stop(EndReason.START_FAILED)
-            return False
-        return self._count_set.done()
+        self.next_count = last_count + 1
 
     async def stop(self, reason: EndReason, grace: float = 1.0) -> Ending:
         """End the generation: SIGTERM to its process group, SIGKILL after `grace` seconds."""
@@ -266,10 +263,8 @@ class Generation:
                 self.kernel_info = wire.content
                 self._probe_replied = True
                 self._check_ready()
-            elif wire.msg_type == "execute_reply" and self._count_set and not self._count_set.done():
-                if wire.content.get("status") != "ok":
-                    self.log.warning("generation %d: could not continue the execution count: %s", self.number, wire.content)
-                self._count_set.set_result(None)
+            elif wire.msg_type == "execute_reply" and wire.content.get("status") != "ok":
+                self.log.warning("generation %d: could not continue the execution count: %s", self.number, wire.content)
             return
         self._on_message(self, channel, wire)
 

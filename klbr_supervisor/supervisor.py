@@ -1,66 +1,115 @@
-"""The supervisor: starts workbench generations, replaces lost ones, and ends them all on shutdown.
+"""The supervisor: starts workbench generations, ends them when they must end, and replaces them.
 
-Driven by the proxy (or a test) through `send`, `interrupt`, `shutdown` and `note_execution_count`;
-it reports back through a `WorkerListener`. It never sees a frontend.
+Driven by the proxy (or a test) through `send`, `send_execute`, the `cell_*` notes, `interrupt`,
+`restart` and `shutdown`; it reports back through a `WorkerListener`. It never sees a frontend.
+Decisions (ladder, deadlines, budget, poison) are the `Policy`'s; this class carries them out.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import tempfile
+from dataclasses import dataclass, field
 from typing import Protocol
 
 import zmq
 from jupyter_client.session import Session
-from traitlets import Float, Unicode
+from traitlets import Bool, Float, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from .generation import Generation
+from .policy import Deadline, Policy
 from .reaper import Reaper
 from .states import Ending, EndReason
 from .wire import Wire
+
+# Endings that count against the restart budget: the worker went away without being asked to.
+_AUTOMATIC = frozenset({EndReason.LOST, EndReason.KILLED, EndReason.DEADLINE})
 
 
 class WorkerListener(Protocol):
     """What the supervisor tells its driver (the proxy kernel)."""
 
     def worker_message(self, generation: Generation, channel: str, wire: Wire) -> None:
-        """A message from a live generation's shell, control, stdin or iopub channel."""
+        """A message from the current generation's shell, control, stdin or iopub channel."""
 
     def generation_ready(self, generation: Generation) -> None:
-        """`generation` is the current one and takes requests."""
+        """`generation` is now the current one and takes requests."""
 
     def generation_ended(self, generation: Generation, ending: Ending) -> None:
-        """`generation` ended; everything it sent before was delivered first."""
+        """The current `generation` ended; everything it sent before was delivered first."""
+
+
+@dataclass(eq=False)
+class RunningCell:
+    """The execute running on a generation, as far as deadlines and the ladder care."""
+
+    msg_id: str
+    code: str
+    generation: Generation
+    deadline: Deadline | None
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+    interrupted: bool = False
+    timed_out: bool = False
+    timer: asyncio.TimerHandle | None = None
 
 
 class Supervisor(LoggingConfigurable):
     worker_kernel = Unicode(
-        "",
-        config=True,
+        "", config=True,
         help="Kernelspec name of the workbench; empty means ipykernel on the proxy's own interpreter.",
     )
     placement = Unicode("local", config=True, help="Where generations run. Only 'local' for now.")
     startup_timeout = Float(60.0, config=True, help="Seconds a new generation has to answer kernel_info.")
-    shutdown_grace = Float(
-        1.0, config=True, help="Seconds between SIGTERM and SIGKILL when generations are ended."
+    cell_timeout = Float(0.0, config=True, help="Seconds a cell may run (0 = no limit); `%klbr timeout` overrides it.")
+    interrupt_grace = Float(
+        3.0, config=True,
+        help="Seconds an interrupted cell has to end before its generation is killed (WorkerKilled).",
     )
+    kill_grace = Float(0.5, config=True, help="Seconds between SIGTERM and SIGKILL when a generation is ended.")
+    standby = Bool(
+        None, allow_none=True, config=True,
+        help="Keep one warm spare generation to take over at once (default: on for local placements).",
+    )
+    restart_limit = Int(5, config=True, help="Automatic new generations allowed per restart_window.")
+    restart_window = Float(300.0, config=True, help="Seconds over which restart_limit counts.")
+    poison_after = Int(
+        2, config=True,
+        help="Refuse code whose worker died under it this many times in a row (0 = never refuse).",
+    )
+
+    @default("standby")
+    def _standby_default(self) -> bool:
+        return self.placement == "local"
 
     def __init__(self, listener: WorkerListener, *, session: Session, **kwargs):
         """`session` carries the key, signature scheme and session id the workers share with the proxy."""
         super().__init__(**kwargs)
         self.listener = listener
         self.session = session
+        self.policy = Policy(
+            interrupt_grace=self.interrupt_grace,
+            cell_timeout=self.cell_timeout,
+            restart_limit=self.restart_limit,
+            restart_window=self.restart_window,
+            poison_after=self.poison_after,
+        )
         self.current: Generation | None = None
+        self.spare: Generation | None = None
         self.generations: list[Generation] = []
+        self.crash_loop: int | None = None  # restarts used when the budget ran out
+        self._cell: RunningCell | None = None
         self._count = 0  # the last execution count the frontend saw
+        self._texts: dict[int, str] = {}  # code of cells answered without the current worker
         self._stopping = False
+        self._ending = False  # inside listener.generation_ended: the replacement is decided already
         self._stopped = asyncio.Event()
         self._tg: asyncio.TaskGroup | None = None
         self._zmq = zmq.Context.instance()
         self._runtime = tempfile.TemporaryDirectory(prefix="klbr-")
         self._reaper: Reaper | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
 
     async def run(self) -> None:
         """Start the first generation and serve until `shutdown` has ended them all."""
@@ -68,20 +117,15 @@ class Supervisor(LoggingConfigurable):
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
-                self.launch()
+                self._launch(spare=False)
                 await self._stopped.wait()
         finally:
             self._reaper.close()
             self._runtime.cleanup()
 
-    def launch(self) -> None:
-        """Start the next generation in the background; it becomes current when ready."""
-        self._tg.create_task(self._start_next())
-
-    async def _start_next(self) -> None:
-        number = len(self.generations) + 1
+    def _launch(self, *, spare: bool) -> Generation:
         gen = Generation(
-            number,
+            len(self.generations) + 1,
             kernel_name=self.worker_kernel,
             placement=self.placement,
             session=self.session.clone(),
@@ -93,41 +137,211 @@ class Supervisor(LoggingConfigurable):
             log=self.log,
         )
         self.generations.append(gen)
-        self.current = gen
-        if not await gen.start(self.startup_timeout):
+        if spare:
+            self.spare = gen
+        else:
+            self.current = gen
+        self._tg.create_task(self._bring_up(gen))
+        return gen
+
+    async def _bring_up(self, gen: Generation) -> None:
+        try:
+            started = await gen.start(self.startup_timeout)
+        except Exception:
+            # A bug here must cost one generation, not the kernel: it ends as a failed start.
+            self.log.exception("generation %d: start failed", gen.number)
+            await gen.stop(EndReason.START_FAILED, self.kill_grace)
             return
-        if self._count and not await gen.continue_count(self._count, self.startup_timeout):
-            return
+        if not started:
+            return  # `_ended` has dealt with it
         if self._stopping:
-            await gen.stop(EndReason.SHUTDOWN, self.shutdown_grace)
-            return
-        self.listener.generation_ready(gen)
+            await gen.stop(EndReason.SHUTDOWN, self.kill_grace)
+        elif gen is self.current:
+            self.listener.generation_ready(gen)
+            self._ensure_spare()
+        # A spare stays ready, unused, until `_takeover`.
+
+    def _ensure_spare(self) -> None:
+        if self.standby and self.spare is None and not self._stopping and self.crash_loop is None:
+            self._launch(spare=True)
+
+    def _takeover(self) -> None:
+        """Make the spare current (at once if it is ready), or start a new generation."""
+        spare, self.spare = self.spare, None
+        if spare is not None and spare.ending is None:
+            self.current = spare
+            if spare.alive:
+                self.listener.generation_ready(spare)
+                self._ensure_spare()
+            # else: still starting; `_bring_up` announces it, since it is current now
+        else:
+            self._launch(spare=False)
+
+    def ensure_started(self) -> None:
+        """Called by the proxy when a request waits: start a generation if none is alive or starting."""
+        if self.current is None and not self._stopping and self.crash_loop is None and not self._ending:
+            self._takeover()
+
+    async def restart(self) -> None:
+        """`%klbr restart`: a new generation now; the budget, a crash loop and poison start over."""
+        self.policy.reset_restarts()
+        self.policy.clear_poison()
+        self.crash_loop = None
+        gen = self.current
+        if gen is not None and gen.ending is None:
+            await gen.stop(EndReason.RESTART, self.kill_grace)  # `_ended` hands over to the spare
+        else:
+            self._takeover()
+
+    async def shutdown(self) -> None:
+        """End every generation (SIGTERM, SIGKILL after `kill_grace`); nothing respawns."""
+        self._stopping = True
+        await asyncio.gather(*(g.stop(EndReason.SHUTDOWN, self.kill_grace) for g in self.generations if g.ending is None))
+        self._stopped.set()
+
+    # -- requests ----------------------------------------------------------------------------------
 
     def send(self, channel: str, frames: list) -> bool:
         """Send to the current generation; False when there is none ready."""
         gen = self.current
         return gen is not None and gen.alive and gen.send(channel, frames)
 
+    def send_execute(self, frames: list, *, counts: bool) -> bool:
+        """Send an execute; first tell the worker where the count continues, if it does not know.
+
+        `counts` is whether the execute takes an execution count (store_history and not silent).
+        The worker runs shell messages in order, so the silent sync always runs first.
+        """
+        gen = self.current
+        if gen is None or not gen.alive:
+            return False
+        if counts and gen.next_count != self._count + 1:
+            gen.sync_count(self._count, self._texts)
+            self._texts = {}
+        return gen.send("shell", frames)
+
     @property
     def last_count(self) -> int:
         """The highest execution count the frontend has been shown in this session."""
         return self._count
 
-    def note_execution_count(self, count: int) -> None:
-        """The proxy showed `count`; a later generation continues after it (DESIGN.md semantics 4)."""
+    def note_execution_count(self, count: int, *, code: str | None = None, from_worker: bool) -> None:
+        """The frontend was shown `count` (DESIGN.md semantics 4).
+
+        `from_worker` when the current worker assigned it; otherwise the proxy answered the cell and
+        its `code` is kept so the worker's `In[count]` can be filled in when it catches up.
+        """
         self._count = max(self._count, count)
+        if from_worker and self.current is not None:
+            self.current.next_count = count + 1
+        elif code is not None:
+            self._texts[count] = code
+
+    # -- cells: deadlines and the interrupt ladder -------------------------------------------------
+
+    def cell_started(self, msg_id: str, code: str, timeout: float | None = None) -> None:
+        """The worker reported busy for an execute; its deadline starts now."""
+        gen = self.current
+        if gen is None:
+            return
+        cell = RunningCell(msg_id, code, gen, self.policy.deadline_for(timeout))
+        self._cell = cell
+        gen.mark_busy(True)
+        self._arm(cell)
+
+    def cell_input(self, waiting: bool) -> None:
+        """The running cell asked for input (the deadline pauses) or got its answer (it resumes)."""
+        cell = self._cell
+        if cell is None or cell.deadline is None:
+            return
+        if waiting:
+            cell.deadline.pause()
+            if cell.timer is not None:
+                cell.timer.cancel()
+        else:
+            cell.deadline.resume()
+            self._arm(cell)
+
+    def cell_finished(self, msg_id: str) -> None:
+        """The execute ended with a reply from its worker (not a loss)."""
+        cell = self._cell
+        if cell is None or cell.msg_id != msg_id:
+            return
+        self._cell = None
+        cell.finished.set()
+        if cell.timer is not None:
+            cell.timer.cancel()
+        self.policy.note_outcome(cell.code, lost=False)
+        cell.generation.mark_busy(False)
+
+    def cell_timed_out(self, msg_id: str) -> bool:
+        cell = self._cell
+        return cell is not None and cell.msg_id == msg_id and cell.timed_out
 
     async def interrupt(self) -> None:
-        if self.current is not None:
-            await self.current.interrupt()
+        """Interrupt the current generation; kill it if its cell has not ended within the grace."""
+        gen = self.current
+        if gen is None or not gen.alive:
+            return
+        await gen.interrupt()
+        cell = self._cell
+        if cell is not None and cell.generation is gen and not cell.interrupted:
+            cell.interrupted = True
+            self._tg.create_task(self._kill_unless_finished(cell, EndReason.KILLED))
 
-    async def shutdown(self) -> None:
-        """End every generation (SIGTERM, SIGKILL after `shutdown_grace`); nothing respawns."""
-        self._stopping = True
-        await asyncio.gather(
-            *(g.stop(EndReason.SHUTDOWN, self.shutdown_grace) for g in self.generations if g.ending is None)
-        )
-        self._stopped.set()
+    def _arm(self, cell: RunningCell) -> None:
+        if cell.deadline is not None and not cell.deadline.paused:
+            loop = asyncio.get_running_loop()
+            cell.timer = loop.call_later(max(0.0, cell.deadline.remaining()), self._deadline_passed, cell)
+
+    def _deadline_passed(self, cell: RunningCell) -> None:
+        if cell.finished.is_set() or cell.timed_out:
+            return
+        if cell.deadline.remaining() > 0:  # resumed after a pause: not yet
+            self._arm(cell)
+            return
+        self.log.warning("cell %s passed its deadline of %.0f s", cell.msg_id, cell.deadline.seconds)
+        cell.timed_out = True
+        cell.interrupted = True
+        self._tg.create_task(self._interrupt_then_kill(cell))
+
+    async def _interrupt_then_kill(self, cell: RunningCell) -> None:
+        await cell.generation.interrupt()
+        await self._kill_unless_finished(cell, EndReason.DEADLINE)
+
+    async def _kill_unless_finished(self, cell: RunningCell, reason: EndReason) -> None:
+        try:
+            async with asyncio.timeout(self.policy.interrupt_grace):
+                await cell.finished.wait()
+        except TimeoutError:
+            if cell.generation.ending is None:
+                self.log.warning("generation %d ignored the interrupt: killing it", cell.generation.number)
+                await cell.generation.stop(reason, self.kill_grace)
+
+    # -- status ------------------------------------------------------------------------------------
+
+    def set_session_timeout(self, seconds: float) -> None:
+        """`%klbr timeout SECONDS` (0 = none) for the cells that follow."""
+        self.policy.session_timeout = seconds
+
+    def status(self) -> dict:
+        gen, spare = self.current, self.spare
+        return {
+            "generation": gen.number if gen else None,
+            "pid": gen.pid if gen else None,
+            "state": gen.state.value if gen else ("stopped: crash loop" if self.crash_loop is not None else "none"),
+            "uptime": gen.uptime if gen else None,
+            "placement": self.placement,
+            "standby": (spare.state.value if spare else "none") if self.standby else "off",
+            "restarts": self.policy.restarts_in_window(),
+            "restart_limit": self.restart_limit,
+            "restart_window": self.restart_window,
+            "cell_timeout": self.policy.timeout_for(),
+            "interrupt_grace": self.policy.interrupt_grace,
+            "generations": len(self.generations),
+        }
+
+    # -- from generations --------------------------------------------------------------------------
 
     def _message(self, gen: Generation, channel: str, wire: Wire) -> None:
         if gen is self.current:
@@ -135,15 +349,41 @@ class Supervisor(LoggingConfigurable):
 
     def _ended(self, gen: Generation, ending: Ending) -> None:
         self.log.warning("generation %d (pid %s) ended: %s, %s", gen.number, gen.pid, ending.reason.value, ending.how)
+        if gen is self.spare:
+            self.spare = None  # replaced at the next takeover, not in a loop now
+            return
         if gen is not self.current:
             return
-        self.listener.generation_ended(gen, ending)
-        if ending.reason is EndReason.START_FAILED:
-            self.current = None  # no retry loop: the next request starts another (`ensure_started`)
-        elif not self._stopping:
-            self.launch()
+        cell = self._cell
+        if cell is not None and cell.generation is gen:
+            self._cell = None
+            cell.finished.set()
+            if cell.timer is not None:
+                cell.timer.cancel()
+            if ending.reason is EndReason.LOST:
+                self.policy.note_outcome(cell.code, lost=True)
+        self.current = None
+        # Decide before telling the proxy, so it can answer what waits (a crash loop, a failed start).
+        replace = not self._stopping and ending.reason is not EndReason.START_FAILED
+        if replace and ending.reason in _AUTOMATIC:
+            if self.policy.may_restart():
+                self.policy.note_restart()
+            else:
+                replace = False
+                self.crash_loop = self.policy.restarts_in_window()
+                self.log.error("%d new generations in %.0f s: not starting another until %%klbr restart",
+                               self.crash_loop, self.restart_window)
+                self._stop_spare()
+        self._ending = True
+        try:
+            self.listener.generation_ended(gen, ending)
+        finally:
+            self._ending = False
+        if replace:
+            self._takeover()
+        # A failed start is retried by the next request (`ensure_started`), never in a loop.
 
-    def ensure_started(self) -> None:
-        """Called by the proxy when a request waits: start a generation if none is alive or starting."""
-        if self.current is None and not self._stopping:
-            self.launch()
+    def _stop_spare(self) -> None:
+        spare, self.spare = self.spare, None
+        if spare is not None and spare.ending is None:
+            self._tg.create_task(spare.stop(EndReason.SHUTDOWN, self.kill_grace))

@@ -49,7 +49,15 @@ def test_outputs_match_plain_ipykernel(path, tmp_path):
     plain = run(path, "python3", tmp_path, drop_klbr_only=True)
     has_klbr_only = any("klbr-only" in c.metadata.get("tags", []) for c in klbr.cells)
     # Where klbr-only cells ran, counts shift: compare them renumbered; elsewhere exactly.
-    assert normalised(klbr, renumber=has_klbr_only) == normalised(plain, renumber=has_klbr_only)
+    ours, theirs = normalised(klbr, renumber=has_klbr_only), normalised(plain, renumber=has_klbr_only)
+    assert len(ours) == len(theirs)
+    for mine, plain_cell in zip(ours, theirs):
+        assert mine == plain_cell, f"cell {mine[0]!r} differs:\n{_summary(mine[2])}\nvs plain ipykernel:\n{_summary(plain_cell[2])}"
+
+
+def _summary(outputs) -> str:
+    return "\n".join(f"  {o['output_type']} {o.get('name', '')} {str(o.get('text', o.get('data', '')))[:60]!r}"
+                     f" ({len(str(o.get('text', o.get('data', ''))))} chars)" for o in outputs)
 
 
 def test_tour_shows_a_loss_and_recovery(tmp_path):

@@ -1,0 +1,73 @@
+"""Parsing `%klbr` cells: a cell made only of `%klbr` lines is the proxy's, never the worker's.
+
+`%%klbr timeout=SECONDS` on a cell's first line runs the rest of the cell with that deadline.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+COMMANDS = ("status", "restart", "placement", "timeout")
+_LINE = re.compile(r"^%klbr(?:\s+(?P<rest>.*))?$")
+_CELL = re.compile(r"^%%klbr\s+timeout\s*=\s*(?P<seconds>\S+)\s*$")
+
+
+class MagicError(ValueError):
+    """A `%klbr` line the proxy cannot carry out; shown to the user as a UsageError."""
+
+
+@dataclass(frozen=True)
+class Magic:
+    command: str
+    args: tuple[str, ...]
+
+
+def line_magics(code: str) -> list[Magic] | None:
+    """The `%klbr` commands of a cell made only of them (blank lines and comments allowed), else None.
+
+    Raises `MagicError` for a `%klbr` cell with an unknown command or bad arguments.
+    """
+    lines = [line.strip() for line in code.splitlines()]
+    lines = [line for line in lines if line and not line.startswith("#")]
+    if not lines or not all(_LINE.match(line) for line in lines):
+        return None
+    magics = []
+    for line in lines:
+        words = (_LINE.match(line).group("rest") or "").split()
+        if not words:
+            raise MagicError(f"%klbr needs a command: {', '.join(COMMANDS)}")
+        command, args = words[0], tuple(words[1:])
+        if command not in COMMANDS:
+            raise MagicError(f"unknown %klbr command {command!r}; known: {', '.join(COMMANDS)}")
+        if command == "timeout":
+            if len(args) != 1:
+                raise MagicError("usage: %klbr timeout SECONDS   (0 = no limit)")
+            _seconds(args[0])
+        elif command in ("status", "restart") and args:
+            raise MagicError(f"%klbr {command} takes no arguments")
+        elif command == "placement" and len(args) > 1:
+            raise MagicError("usage: %klbr placement [SPEC]")
+        magics.append(Magic(command, args))
+    return magics
+
+
+def cell_timeout(code: str) -> tuple[float, str] | None:
+    """(seconds, body) for a cell that starts with `%%klbr timeout=SECONDS`, else None."""
+    if not code.startswith("%%klbr"):
+        return None
+    first, _, body = code.partition("\n")
+    match = _CELL.match(first.strip())
+    if not match:
+        raise MagicError("usage: %%klbr timeout=SECONDS   (the first line of a cell)")
+    return _seconds(match.group("seconds")), body
+
+
+def _seconds(text: str) -> float:
+    try:
+        seconds = float(text)
+    except ValueError:
+        raise MagicError(f"not a number of seconds: {text!r}") from None
+    if seconds < 0 or seconds != seconds or seconds == float("inf"):
+        raise MagicError(f"seconds must be 0 (no limit) or more: {text!r}")
+    return seconds

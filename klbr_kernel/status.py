@@ -1,0 +1,56 @@
+"""What `%klbr` commands do and print. Called by the proxy for a cell of `%klbr` lines."""
+
+from __future__ import annotations
+
+from klbr_supervisor.supervisor import Supervisor
+
+from .magics import Magic, MagicError
+
+
+def _duration(seconds: float | None) -> str:
+    if seconds is None:
+        return "-"
+    seconds = int(seconds)
+    h, rest = divmod(seconds, 3600)
+    m, s = divmod(rest, 60)
+    return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
+
+
+def status_text(supervisor: Supervisor) -> str:
+    st = supervisor.status()
+    timeout = st["cell_timeout"]
+    rows = [
+        ("generation", st["generation"] if st["generation"] is not None else "none"),
+        ("pid", st["pid"] or "-"),
+        ("state", st["state"]),
+        ("uptime", _duration(st["uptime"])),
+        ("placement", st["placement"]),
+        ("standby", st["standby"]),
+        ("restarts", f"{st['restarts']} of {st['restart_limit']} in the last {st['restart_window']:g} s"),
+        ("cell timeout", f"{timeout:g} s" if timeout else "none"),
+        ("interrupt grace", f"{st['interrupt_grace']:g} s"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    return "".join(f"{k:<{width}}  {v}\n" for k, v in rows)
+
+
+async def magic_output(magic: Magic, supervisor: Supervisor) -> str:
+    """Carry out one `%klbr` command; its printed answer."""
+    if magic.command == "status":
+        return status_text(supervisor)
+    if magic.command == "restart":
+        old = supervisor.current
+        await supervisor.restart()
+        new = supervisor.current
+        before = f"generation {old.number} ended" if old else "no generation was running"
+        after = f"generation {new.number} (pid {new.pid}) takes over" if new and new.pid else "a new generation is starting"
+        return f"Restarted: {before}; {after} with a fresh namespace.\n"
+    if magic.command == "timeout":
+        seconds = float(magic.args[0])
+        supervisor.set_session_timeout(seconds)
+        return f"Cells now time out after {seconds:g} s.\n" if seconds else "Cells have no time limit now.\n"
+    if magic.command == "placement":
+        if not magic.args or magic.args[0] == supervisor.placement:
+            return f"placement: {supervisor.placement}\n"
+        raise MagicError(f"placement {magic.args[0]!r} is not available: this version runs generations locally only")
+    raise MagicError(f"unknown %klbr command {magic.command!r}")

@@ -1,0 +1,80 @@
+"""The supervisor's policy walked with a fake clock: no kernel, no I/O."""
+
+from klbr_supervisor.policy import Policy
+
+
+class FakeClock:
+    def __init__(self):
+        self.now = 1000.0
+
+    def __call__(self):
+        return self.now
+
+
+def test_deadline_resolution_cell_then_session_then_config():
+    p = Policy(cell_timeout=600, clock=FakeClock())
+    assert p.timeout_for() == 600
+    p.session_timeout = 30
+    assert p.timeout_for() == 30
+    assert p.timeout_for(5) == 5
+    assert p.timeout_for(0) is None  # %%klbr timeout=0: no limit for this cell
+    p.session_timeout = 0
+    assert p.timeout_for() is None
+    assert Policy(clock=FakeClock()).deadline_for() is None
+
+
+def test_deadline_pauses_while_waiting_for_input():
+    clock = FakeClock()
+    d = Policy(clock=clock).deadline_for(10)
+    clock.now += 4
+    d.pause()
+    clock.now += 100  # the user takes their time answering input()
+    assert d.remaining() == 6
+    d.resume()
+    clock.now += 5
+    assert d.remaining() == 1
+
+
+def test_interrupt_ladder_kills_after_the_grace():
+    p = Policy(interrupt_grace=3, clock=FakeClock())
+    assert p.kill_at(50.0) == 53.0
+
+
+def test_restart_budget_is_per_window():
+    clock = FakeClock()
+    p = Policy(restart_limit=2, restart_window=60, clock=clock)
+    assert p.may_restart()
+    p.note_restart()
+    clock.now += 10
+    p.note_restart()
+    assert not p.may_restart() and p.restarts_in_window() == 2
+    clock.now += 51  # the first restart leaves the window
+    assert p.may_restart() and p.restarts_in_window() == 1
+    p.note_restart()
+    p.reset_restarts()
+    assert p.may_restart()
+
+
+def test_poison_refuses_the_third_try_of_the_same_code():
+    p = Policy(poison_after=2, clock=FakeClock())
+    code = "import os; os._exit(1)"
+    p.note_outcome(code, lost=True)
+    assert not p.is_poisoned(code)
+    p.note_outcome(code, lost=True)
+    assert p.is_poisoned(code)
+    assert not p.is_poisoned(code + " ")  # changed code runs
+    p.clear_poison()  # %klbr restart
+    assert not p.is_poisoned(code)
+
+
+def test_poison_counts_only_losses_in_a_row():
+    p = Policy(poison_after=2, clock=FakeClock())
+    code = "crash()"
+    p.note_outcome(code, lost=True)
+    p.note_outcome("fine()", lost=True)  # another cell lost in between
+    p.note_outcome(code, lost=True)
+    assert not p.is_poisoned(code)
+    p.note_outcome(code, lost=True)
+    assert p.is_poisoned(code)
+    p.note_outcome("x = 1", lost=False)  # a cell that ended normally clears it
+    assert not p.is_poisoned(code)
