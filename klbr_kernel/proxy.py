@@ -205,7 +205,8 @@ class Proxy:
         if self._notice and not req.silent:
             self.frontend.send_iopub("stream", {"name": "stderr", "text": self._notice}, req.header)
             self._notice = None
-        self.supervisor.send_execute(self._as_worker_execute(req), counts=req.counts)
+        self.supervisor.send_execute(self._as_worker_execute(req), msg_id=req.msg_id, code=req.worker_code,
+                                     counts=req.counts, timeout=req.timeout)
 
     def _as_worker_execute(self, req: Request) -> list:
         """The execute as the worker gets it: stop_on_error off (the proxy applies it), and the
@@ -293,7 +294,7 @@ class Proxy:
                     return  # a retried request: the frontend already saw its busy
                 req.busy_seen = True
                 if req.msg_type == "execute_request" and req is self.queue.inflight:
-                    self.supervisor.cell_started(req.msg_id, req.worker_code, req.timeout)
+                    self.supervisor.cell_started(req.msg_id)
             self.frontend.forward("iopub", wire.prefix, wire.frames())
             if req is not None and state == "idle":
                 req.idle = wire

@@ -47,7 +47,9 @@ class RunningCell:
     msg_id: str
     code: str
     generation: Generation
-    deadline: Deadline | None
+    timeout: float | None  # a `%%klbr timeout=` override
+    deadline: Deadline | None = None
+    started: bool = False  # the worker reported busy for it
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     interrupted: bool = False
     timed_out: bool = False
@@ -206,11 +208,12 @@ class Supervisor(LoggingConfigurable):
         gen = self.current
         return gen is not None and gen.alive and gen.send(channel, frames)
 
-    def send_execute(self, frames: list, *, counts: bool) -> bool:
+    def send_execute(self, frames: list, *, msg_id: str, code: str, counts: bool, timeout: float | None) -> bool:
         """Send an execute; first tell the worker where the count continues, if it does not know.
 
-        `counts` is whether the execute takes an execution count (store_history and not silent).
-        The worker runs shell messages in order, so the silent sync always runs first.
+        `counts` is whether the execute takes an execution count (store_history and not silent);
+        `timeout` a per-cell deadline. The worker runs shell messages in order, so the silent sync
+        always runs first. From here until `cell_finished`, a loss of the worker is this cell's.
         """
         gen = self.current
         if gen is None or not gen.alive:
@@ -218,6 +221,12 @@ class Supervisor(LoggingConfigurable):
         if counts and gen.next_count != self._count + 1:
             gen.sync_count(self._count, self._texts)
             self._texts = {}
+        cell = RunningCell(msg_id, code, gen, timeout)
+        self._cell = cell
+        # Provisional: a worker that hangs at once (holding the GIL) never reports busy, and its
+        # deadline must still come. `cell_started` starts the clock again from busy.
+        cell.deadline = self.policy.deadline_for(timeout)
+        self._arm(cell)
         return gen.send("shell", frames)
 
     @property
@@ -239,15 +248,18 @@ class Supervisor(LoggingConfigurable):
 
     # -- cells: deadlines and the interrupt ladder -------------------------------------------------
 
-    def cell_started(self, msg_id: str, code: str, timeout: float | None = None) -> None:
-        """The worker reported busy for an execute; its deadline starts now."""
-        gen = self.current
-        if gen is None:
+    def cell_started(self, msg_id: str) -> None:
+        """The worker reported busy for the execute; its deadline starts now (semantics 11)."""
+        cell = self._cell
+        if cell is None or cell.msg_id != msg_id or cell.started:
             return
-        cell = RunningCell(msg_id, code, gen, self.policy.deadline_for(timeout))
-        self._cell = cell
-        gen.mark_busy(True)
-        self._arm(cell)
+        cell.started = True
+        cell.generation.mark_busy(True)
+        if cell.deadline is not None:
+            if cell.timer is not None:
+                cell.timer.cancel()
+            cell.deadline = self.policy.deadline_for(cell.timeout)
+            self._arm(cell)
 
     def cell_input(self, waiting: bool) -> None:
         """The running cell asked for input (the deadline pauses) or got its answer (it resumes)."""

@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sys
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -15,10 +18,33 @@ HERE = Path(__file__).parent
 TEST_KERNELS = HERE / "kernels"
 
 
+BEHAVIOURS = ("sigkill", "exit", "segfault", "ignore-sigint", "hang-in-c", "die-in-output", "complete")
+_SPECS = tempfile.TemporaryDirectory(prefix="klbr-test-specs-")
+
+
 def pytest_configure(config):
-    # Test-only kernelspecs (misbehaving workers) are found through JUPYTER_PATH by the proxy.
-    paths = [str(HERE)] + [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]
+    # Test-only kernelspecs (misbehaving workers) are found through JUPYTER_PATH by the proxy:
+    # tests/kernels as committed, and one spec per misbehaviour, written with absolute paths.
+    worker = HERE / "workers" / "ipykernel_misbehaving.py"
+    for behaviour in BEHAVIOURS:
+        spec = Path(_SPECS.name, "kernels", f"misbehaving-{behaviour}")
+        spec.mkdir(parents=True, exist_ok=True)
+        extra = [str(Path(_SPECS.name, "complete-marker"))] if behaviour == "complete" else []
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": [sys.executable, str(worker), behaviour, *extra, "-f", "{connection_file}"],
+            "display_name": f"misbehaving worker: {behaviour}", "language": "python",
+        }))
+    paths = [str(HERE), _SPECS.name] + [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]
     os.environ["JUPYTER_PATH"] = os.pathsep.join(paths)
+
+
+def pytest_unconfigure(config):
+    _SPECS.cleanup()
+
+
+def misbehaving(behaviour: str, *options: str):
+    """A klbr kernel whose workers are the misbehaving ipykernel of tests/workers."""
+    return start_kernel(extra_arguments=[f"--Supervisor.worker_kernel=misbehaving-{behaviour}", *options])
 
 
 @contextmanager

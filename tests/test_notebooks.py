@@ -90,3 +90,22 @@ def test_papermill_runs_the_tour_with_a_parameter(tmp_path):
     texts = [o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.outputs]
     assert "hello, papermill\n" in texts
     assert "the session carries on; execution counts keep rising\n" in texts
+
+
+def test_nbclient_gets_a_cell_error_not_a_hang_when_the_worker_dies(tmp_path):
+    """nbclient#319: a worker dying mid-cell used to hang the run or end it in DeadKernelError."""
+    from nbclient.exceptions import CellExecutionError, DeadKernelError
+
+    nb = nbformat.v4.new_notebook(cells=[
+        nbformat.v4.new_code_cell("a = 1"),
+        nbformat.v4.new_code_cell("b = 2"),
+        nbformat.v4.new_code_cell("import os\nos.kill(os.getpid(), 9)"),
+        nbformat.v4.new_code_cell("c = 3"),
+    ])
+    client = NotebookClient(nb, kernel_name="klbr", timeout=60, resources={"metadata": {"path": str(tmp_path)}})
+    with pytest.raises(CellExecutionError) as failure:
+        client.execute()
+    assert not isinstance(failure.value, DeadKernelError)
+    assert "WorkerLost" in str(failure.value)
+    assert nb.cells[2].outputs[-1].ename == "WorkerLost"
+    assert nb.cells[3].execution_count is None  # nbclient stops at the error, as with any error

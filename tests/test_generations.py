@@ -1,0 +1,250 @@
+"""Generations end in every way a worker can end, and every cell still gets its answer."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+
+import pytest
+
+from conftest import collect, execute, misbehaving, process_gone, start_kernel, worker_pid
+
+
+def _result(outputs):
+    return [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"]
+
+
+def _states(outputs):
+    return [m["content"]["execution_state"] for m in outputs if m["msg_type"] == "status"]
+
+
+@pytest.mark.parametrize(
+    "behaviour, how",
+    [
+        ("sigkill", "killed by signal 9 (SIGKILL)"),
+        ("exit", "exited with status 3"),
+        ("segfault", "segmentation fault (SIGSEGV)"),
+    ],
+)
+def test_a_worker_lost_mid_cell_is_answered_and_replaced(behaviour, how):
+    with misbehaving(behaviour) as (km, kc):
+        old = worker_pid(kc)
+        execute(kc, "x = 1")
+        start = time.monotonic()
+        reply, outputs = execute(kc, "misbehave()")
+        content = reply["content"]
+        assert content["status"] == "error" and content["ename"] == "WorkerLost"
+        assert how in content["evalue"]
+        assert f"pid {old}" in content["evalue"] and "generation 1" in content["evalue"]
+        assert "nothing was re-run" in content["evalue"]
+        assert _states(outputs) == ["busy", "idle"]
+        assert [m["content"]["ename"] for m in outputs if m["msg_type"] == "error"] == ["WorkerLost"]
+        assert time.monotonic() - start < 10
+        lost_count = content["execution_count"]
+        assert lost_count == 3
+        reply, outputs = execute(kc, "x")  # a new generation: the namespace is gone
+        assert reply["content"]["ename"] == "NameError"
+        assert reply["content"]["execution_count"] == lost_count + 1
+        assert worker_pid(kc) != old
+        assert process_gone(old)
+
+
+def test_executes_queued_behind_a_loss_are_aborted():
+    with misbehaving("sigkill") as (km, kc):
+        ids = [kc.execute(code) for code in ("misbehave()", "1", "2")]
+        statuses = {}
+        while len(statuses) < 3:
+            msg = kc.get_shell_msg(timeout=30)
+            statuses[msg["parent_header"]["msg_id"]] = msg["content"]["status"]
+        assert [statuses[i] for i in ids] == ["error", "aborted", "aborted"]
+        ids = [kc.execute(code, stop_on_error=False) for code in ("misbehave()", "1")]
+        statuses = {}
+        while len(statuses) < 2:
+            msg = kc.get_shell_msg(timeout=30)
+            statuses[msg["parent_header"]["msg_id"]] = msg["content"]["status"]
+        assert [statuses[i] for i in ids] == ["error", "ok"]
+
+
+def test_output_sent_before_the_death_is_delivered_first():
+    with misbehaving("die-in-output") as (km, kc):
+        reply, outputs = execute(kc, "misbehave()")
+        assert reply["content"]["ename"] == "WorkerLost"
+        text = "".join(m["content"]["text"] for m in outputs if m["msg_type"] == "stream")
+        assert text.startswith("y" * 65536 * 20)
+        kinds = [m["msg_type"] for m in outputs]
+        assert kinds.index("error") > max(i for i, k in enumerate(kinds) if k == "stream")
+
+
+def test_an_ignored_interrupt_ends_in_WorkerKilled_within_the_grace():
+    with misbehaving("ignore-sigint", "--Supervisor.interrupt_grace=1") as (km, kc):
+        execute(kc, "kept = 1")
+        msg_id = kc.execute("misbehave()")
+        while kc.get_iopub_msg(timeout=10)["msg_type"] != "execute_input":
+            pass
+        start = time.monotonic()
+        km.interrupt_kernel()
+        reply, outputs = collect(kc, msg_id, timeout=10)
+        elapsed = time.monotonic() - start
+        assert reply["content"]["ename"] == "WorkerKilled"
+        assert elapsed < 1 + 1.0, f"WorkerKilled after {elapsed:.2f}s"
+        reply, _ = execute(kc, "kept")
+        assert reply["content"]["ename"] == "NameError"
+
+
+def test_a_worker_hung_in_c_with_signals_blocked_is_killed():
+    with misbehaving("hang-in-c", "--Supervisor.interrupt_grace=1") as (km, kc):
+        pid = worker_pid(kc)
+        msg_id = kc.execute("misbehave()")
+        time.sleep(0.5)
+        start = time.monotonic()
+        km.interrupt_kernel()
+        reply, _ = collect(kc, msg_id, timeout=10)
+        assert reply["content"]["ename"] == "WorkerKilled"
+        assert "killed by signal 9 (SIGKILL)" in reply["content"]["evalue"]
+        assert time.monotonic() - start < 1 + 1.0
+        assert process_gone(pid)
+        reply, _ = execute(kc, "1 + 1")
+        assert reply["content"]["status"] == "ok"
+
+
+def test_a_deadline_interrupts_and_the_namespace_stays():
+    with start_kernel(extra_arguments=["--Supervisor.cell_timeout=1"]) as (km, kc):
+        execute(kc, "kept = 'yes'")
+        reply, outputs = execute(kc, "import time\ntime.sleep(30)")
+        assert reply["content"]["ename"] == "CellTimeout"
+        assert "interrupted" in reply["content"]["evalue"]
+        _, outputs = execute(kc, "kept")
+        assert _result(outputs) == ["'yes'"]
+
+
+def test_a_deadline_past_an_ignored_interrupt_kills_the_generation():
+    with misbehaving("hang-in-c", "--Supervisor.interrupt_grace=1") as (km, kc):
+        execute(kc, "%klbr timeout 1")
+        start = time.monotonic()
+        reply, _ = execute(kc, "misbehave()")
+        assert reply["content"]["ename"] == "CellTimeout"
+        assert "did not stop" in reply["content"]["evalue"]
+        assert time.monotonic() - start < 1 + 1 + 1.5
+        reply, _ = execute(kc, "%klbr timeout 0\n")
+        reply, _ = execute(kc, "1")
+        assert reply["content"]["status"] == "ok"
+
+
+def test_cell_magic_timeout_applies_to_one_cell_and_input_pauses_it():
+    with start_kernel() as (km, kc):
+        reply, _ = execute(kc, "%%klbr timeout=1\nimport time\ntime.sleep(30)")
+        assert reply["content"]["ename"] == "CellTimeout"
+        reply, _ = execute(kc, "import time\ntime.sleep(1.5)\n'no limit here'")
+        assert reply["content"]["status"] == "ok"
+        # Waiting for input() does not count against the deadline.
+        msg_id = kc.execute("%%klbr timeout=1\nanswer = input('slow user: ')\nanswer", allow_stdin=True)
+        kc.get_stdin_msg(timeout=10)
+        time.sleep(2)
+        kc.input("finally")
+        reply, outputs = collect(kc, msg_id)
+        assert reply["content"]["status"] == "ok"
+        assert _result(outputs) == ["'finally'"]
+
+
+def test_the_crash_loop_budget_stops_respawning_until_restart():
+    with start_kernel(extra_arguments=["--Supervisor.restart_limit=2"]) as (km, kc):
+        for i in range(3):
+            reply, _ = execute(kc, f"import os  # try {i}\nos._exit(1)")
+            assert reply["content"]["ename"] == "WorkerLost"
+        reply, outputs = execute(kc, "1 + 1")
+        assert reply["content"]["ename"] == "CrashLoop"
+        assert "2 times" in reply["content"]["evalue"] and "%klbr restart" in reply["content"]["evalue"]
+        _, outputs = execute(kc, "%klbr status")
+        assert "crash loop" in outputs[2]["content"]["text"]
+        reply, outputs = execute(kc, "%klbr restart")
+        assert reply["content"]["status"] == "ok"
+        reply, outputs = execute(kc, "1 + 1")
+        assert _result(outputs) == ["2"]
+
+
+def test_poison_refuses_the_third_try_until_the_code_changes_or_restart():
+    with start_kernel() as (km, kc):
+        code = "import os\nos._exit(7)"
+        for _ in range(2):
+            reply, _ = execute(kc, code)
+            assert reply["content"]["ename"] == "WorkerLost"
+            assert "exited with status 7" in reply["content"]["evalue"]
+        before = execute(kc, "%klbr status")[1][2]["content"]["text"].splitlines()[0]
+        reply, outputs = execute(kc, code)
+        assert reply["content"]["ename"] == "PoisonedCell"
+        after = execute(kc, "%klbr status")[1][2]["content"]["text"].splitlines()[0]
+        assert before == after, "the refused cell did not run (the generation is the same)"
+        execute(kc, "%klbr restart")
+        reply, _ = execute(kc, code)
+        assert reply["content"]["ename"] == "WorkerLost"
+
+
+def test_restart_magic_gives_a_fresh_generation_without_a_dead_kernel():
+    with start_kernel() as (km, kc):
+        execute(kc, "x = 1")
+        old = worker_pid(kc)
+        deadline = time.monotonic() + 30
+        while True:  # the spare warms in the background after the first generation is ready
+            _, outputs = execute(kc, "%klbr status")
+            standby = outputs[2]["content"]["text"].split("standby", 1)[1].split("\n")[0].strip()
+            if standby == "ready" or time.monotonic() > deadline:
+                break
+            time.sleep(0.2)
+        assert standby == "ready"
+        reply, outputs = execute(kc, "%klbr restart")
+        assert reply["content"]["status"] == "ok"
+        assert "Restarted" in outputs[2]["content"]["text"]
+        reply, outputs = execute(kc, "x")
+        assert reply["content"]["ename"] == "NameError"
+        assert worker_pid(kc) != old and process_gone(old)
+        count = reply["content"]["execution_count"]
+        _, outputs = execute(kc, "In[%d]" % (count - 1))
+        assert _result(outputs) == ["'%klbr restart'"]
+
+
+def test_a_loss_while_idle_is_told_at_the_top_of_the_next_cell():
+    with start_kernel() as (km, kc):
+        pid = worker_pid(kc)
+        os.kill(pid, signal.SIGKILL)
+        assert process_gone(pid)
+        time.sleep(0.3)
+        reply, outputs = execute(kc, "print('after')")
+        streams = [m["content"] for m in outputs if m["msg_type"] == "stream"]
+        assert streams[0]["name"] == "stderr" and "while idle" in streams[0]["text"]
+        assert streams[-1]["text"] == "after\n"
+
+
+def test_an_in_flight_completion_is_retried_once_on_the_next_generation():
+    with misbehaving("complete") as (km, kc):
+        msg_id = kc.complete("pri", 3)
+        reply = kc.get_shell_msg(timeout=30)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["status"] == "ok"
+        assert "print" in reply["content"]["matches"]
+        states = []
+        while len(states) < 2:
+            msg = kc.get_iopub_msg(timeout=10)
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status":
+                states.append(msg["content"]["execution_state"])
+        assert states == ["busy", "idle"]
+
+
+def test_widgets_and_debug_sessions_of_a_lost_generation_are_closed():
+    with start_kernel() as (km, kc):
+        _, outputs = execute(kc, "import ipywidgets as w\ns = w.IntSlider()\ndisplay(s)")
+        comm_ids = {m["content"]["comm_id"] for m in outputs if m["msg_type"] == "comm_open"}
+        msg = kc.session.msg("debug_request", {"type": "request", "seq": 1, "command": "initialize",
+                                               "arguments": {"clientID": "t", "adapterID": "python"}})
+        kc.control_channel.send(msg)
+        kc.control_channel.get_msg(timeout=20)
+        msg_id = kc.execute("import os; os.kill(os.getpid(), 9)")
+        closed, terminated = set(), False
+        deadline = time.monotonic() + 20
+        while time.monotonic() < deadline and not (closed >= comm_ids and terminated):
+            m = kc.get_iopub_msg(timeout=10)
+            if m["msg_type"] == "comm_close":
+                closed.add(m["content"]["comm_id"])
+            terminated |= m["msg_type"] == "debug_event" and m["content"].get("event") == "terminated"
+        assert comm_ids and closed >= comm_ids
+        assert terminated

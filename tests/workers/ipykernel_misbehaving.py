@@ -1,0 +1,69 @@
+"""A real ipykernel whose worker misbehaves on purpose, for the supervisor's fault tests.
+
+    python ipykernel_misbehaving.py BEHAVIOUR [MARKER] -f CONNECTION_FILE
+
+The kernel runs cells normally; the cell `misbehave()` triggers BEHAVIOUR (for "complete", the first
+complete_request does, once per MARKER file). Each behaviour is a way real workers die or hang.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import sys
+import time
+from pathlib import Path
+
+from ipykernel.ipkernel import IPythonKernel
+from ipykernel.kernelapp import IPKernelApp
+
+BEHAVIOUR = sys.argv.pop(1)
+MARKER = sys.argv.pop(1) if BEHAVIOUR == "complete" else None
+
+
+def misbehave() -> None:
+    if BEHAVIOUR == "sigkill":
+        os.kill(os.getpid(), signal.SIGKILL)
+    elif BEHAVIOUR == "exit":
+        os._exit(3)
+    elif BEHAVIOUR == "segfault":
+        ctypes.string_at(0)
+    elif BEHAVIOUR == "ignore-sigint":
+        while True:  # SIGINT is ignored by this worker: only a kill ends this
+            time.sleep(0.01)
+    elif BEHAVIOUR == "hang-in-c":
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends it
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        ctypes.PyDLL(None).sleep(600)  # holds the GIL: no Python thread runs again
+    elif BEHAVIOUR == "die-in-output":
+        chunk = "y" * 65536
+        for _ in range(20):
+            sys.stdout.write(chunk)
+        sys.stdout.flush()
+        time.sleep(0.3)  # on the wire by now: the supervisor must deliver it
+        for _ in range(20):
+            sys.stdout.write("z" * 65536)  # still buffered when the worker dies: lost with it
+        os.kill(os.getpid(), signal.SIGKILL)
+
+
+class MisbehavingKernel(IPythonKernel):
+    implementation = "ipykernel-misbehaving"
+
+    def do_execute(self, code, *args, **kwargs):
+        if code.strip() == "misbehave()":
+            misbehave()
+        return super().do_execute(code, *args, **kwargs)
+
+    def do_complete(self, code, cursor_pos):
+        if BEHAVIOUR == "complete" and not Path(MARKER).exists():
+            Path(MARKER).touch()
+            time.sleep(0.2)
+            os.kill(os.getpid(), signal.SIGKILL)
+        return super().do_complete(code, cursor_pos)
+
+
+if __name__ == "__main__":
+    if BEHAVIOUR == "ignore-sigint":
+        signal.signal(signal.SIGINT, signal.SIG_IGN)
+    IPKernelApp.launch_instance(kernel_class=MisbehavingKernel)
