@@ -43,6 +43,7 @@ def kernel(name: str):
     kc = km.client()
     kc.start_channels()
     kc.wait_for_ready(timeout=60)
+    time.sleep(2)  # settle: klbr's warm standby starts right after the first generation
     try:
         yield km, kc
     finally:
@@ -88,6 +89,85 @@ def startup(name: str) -> tuple[float, float]:
     return info, first
 
 
+def _pid_of_worker(kc) -> int:
+    msg_id = kc.execute("import os; os.getpid()")
+    while True:
+        msg = kc.get_iopub_msg(timeout=30)
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "execute_result":
+            pid = int(msg["content"]["data"]["text/plain"])
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status" \
+                and msg["content"]["execution_state"] == "idle":
+            return pid
+
+
+def _reply_to(kc, msg_id: str, timeout: float = 60) -> dict:
+    while True:
+        msg = kc.get_shell_msg(timeout=timeout)
+        if msg["parent_header"].get("msg_id") == msg_id:
+            return msg
+
+
+def _wait_running(kc, msg_id: str) -> None:
+    while True:
+        msg = kc.get_iopub_msg(timeout=30)
+        if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "execute_input":
+            time.sleep(0.2)
+            return
+
+
+def recovery(label: str, km, kc) -> dict[str, float]:
+    """Loss, restart and interrupt figures for one kernel (ipykernel has no loss answer at all)."""
+    out: dict[str, float] = {}
+    msg_id = kc.execute("import time; time.sleep(30)")
+    _wait_running(kc, msg_id)
+    start = time.perf_counter()
+    km.interrupt_kernel()
+    _reply_to(kc, msg_id)
+    out["interrupt → reply (ms)"] = (time.perf_counter() - start) * 1000
+    if label == "klbr":
+        run_cell(kc, "pass")
+        pid = _pid_of_worker(kc)
+        time.sleep(0.5)  # let the warm standby finish starting
+        msg_id = kc.execute("import time; time.sleep(30)")
+        _wait_running(kc, msg_id)
+        start = time.perf_counter()
+        os.kill(pid, 9)
+        _reply_to(kc, msg_id)
+        out["loss → error reply (ms)"] = (time.perf_counter() - start) * 1000
+        run_cell(kc, "pass")
+        out["loss → next cell done (ms)"] = (time.perf_counter() - start) * 1000
+        time.sleep(1.0)
+        start = time.perf_counter()
+        run_cell(kc, "%klbr restart")
+        run_cell(kc, "pass")
+        out["restart → first cell (ms)"] = (time.perf_counter() - start) * 1000
+        time.sleep(1.0)
+        msg_id = kc.execute("import signal\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nwhile True:\n    pass")
+        _wait_running(kc, msg_id)
+        start = time.perf_counter()
+        km.interrupt_kernel()
+        reply = _reply_to(kc, msg_id)
+        assert reply["content"].get("ename") == "WorkerKilled", reply["content"]
+        out["ignored interrupt → WorkerKilled (ms)"] = (time.perf_counter() - start) * 1000
+    else:
+        # ipykernel never answers a lost cell; what it offers is a restart by the frontend.
+        run_cell(kc, "pass")
+        start = time.perf_counter()
+        km.restart_kernel(now=True)
+        kc.wait_for_ready(timeout=60)
+        run_cell(kc, "pass")
+        out["restart → first cell (ms)"] = (time.perf_counter() - start) * 1000
+        out["loss → next cell done (ms)"] = out["restart → first cell (ms)"]
+    return out
+
+
+def rss_mib(pid: int) -> float:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
+
+
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
@@ -120,6 +200,11 @@ def main() -> None:
                         "    sys.stdout.write(chunk)\nsys.stdout.flush()")
                 add(label, f"{args.output_mib} MiB output in 64 KiB writes (s)", run_cell(kc, code))
                 add(label, "100 000 print() calls (s)", run_cell(kc, "for i in range(100_000):\n    print(i)"))
+                if label == "klbr":
+                    add(label, "proxy RSS (MiB)", rss_mib(km.provisioner.process.pid))
+                add(label, "worker RSS (MiB)", rss_mib(_pid_of_worker(kc)))
+                for measure, value in recovery(label, km, kc).items():
+                    add(label, measure, value)
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
     rows = []
@@ -129,11 +214,17 @@ def main() -> None:
             for label, p in (("p50", 50), ("p90", 90), ("p99", 99)):
                 rows.append((f"trivial cell {label} (ms)", *(pct(results[k][m], p) for k in KERNELS)))
         else:
-            rows.append((m, *(statistics.median(results[k][m]) for k in KERNELS)))
-    header = f"| measure | klbr | ipykernel | klbr / ipykernel | A/A (ipykernel / ipykernel) |"
+            rows.append((m, *(statistics.median(results[k][m]) if m in results[k] else None for k in KERNELS)))
+    header = "| measure | klbr | ipykernel | klbr / ipykernel | A/A (ipykernel / ipykernel) |"
     lines = [header, "|---|---|---|---|---|"]
+
+    def fmt(v):
+        return "n/a" if v is None else f"{v:.3f}" if v < 10 else f"{v:.1f}"
+
     for name, k, ip, aa in rows:
-        lines.append(f"| {name} | {k:.3f} | {ip:.3f} | {k / ip:.2f}× | {aa / ip:.2f}× |")
+        ratio = f"{k / ip:.2f}×" if k is not None and ip else "n/a"
+        noise = f"{aa / ip:.2f}×" if aa is not None and ip else "n/a"
+        lines.append(f"| {name} | {fmt(k)} | {fmt(ip)} | {ratio} | {noise} |")
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     table = "\n".join(lines)
