@@ -9,12 +9,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import os
 import signal
 
 from jupyter_client.session import Session
 from jupyter_core.application import JupyterApp, base_aliases
 from traitlets import Unicode, default
 
+from klbr_supervisor.store import Store
 from klbr_supervisor.supervisor import Supervisor
 
 from ._version import __version__
@@ -25,7 +27,7 @@ class KlbrKernelApp(JupyterApp):
     name = "jupyter-klbr"  # so the config file is jupyter_klbr_config.py
     version = __version__
     description = "The klbr proxy kernel: a supervised ipykernel that always answers."
-    classes = [Supervisor]
+    classes = [Supervisor, Store]
 
     connection_file = Unicode("", config=True, help="The connection file the frontend wrote.")
 
@@ -50,7 +52,8 @@ class KlbrKernelApp(JupyterApp):
         asyncio.run(self._serve(info, session))
 
     async def _serve(self, info: dict, session: Session) -> None:
-        proxy = Proxy(info, session, parent=self)
+        # jupyter_server names the notebook a kernel serves; the cell log keys history by it.
+        proxy = Proxy(info, session, parent=self, notebook=os.environ.get("JPY_SESSION_NAME") or None)
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, proxy.request_shutdown)
         loop.add_signal_handler(signal.SIGINT, proxy.request_interrupt)

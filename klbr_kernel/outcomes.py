@@ -83,3 +83,18 @@ def timeout_error(count: int | None, seconds: float | None, *, killed: bool, gen
         f"{generation} (pid {pid}) was ended: {how}. Its namespace is gone and nothing was re-run; "
         "the next cell runs in a new generation.",
     )
+
+
+def session_paused_error(error) -> CellError:
+    """`error` is the StoreError: it names the database path and what went wrong."""
+    return CellError(
+        "SessionPaused",
+        f"The cell log at {error.path} cannot be written ({error.cause}), so this cell was not run: "
+        "klbr runs nothing it cannot record. Recording resumes by itself at the next cell once the file "
+        "takes writes again (free some space, make it writable); `%klbr status` shows the state.",
+    )
+
+
+def unrecorded_notice(error) -> str:
+    return (f"klbr: the cell log at {error.path} could not be opened ({error.cause}); "
+            "this session runs unrecorded.\n")

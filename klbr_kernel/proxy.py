@@ -20,10 +20,12 @@ from klbr_supervisor.states import Ending, EndReason
 from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.wire import Wire
 
+from .cell_log import OUTPUT_TYPES, CellLog
 from .frontend import Frontend
 from .kernel_info import kernel_info_content
 from .magics import MagicError, cell_timeout, line_magics
-from .outcomes import CellError, crash_loop_error, ending_error, poisoned_error, timeout_error
+from .outcomes import (CellError, crash_loop_error, ending_error, poisoned_error, session_paused_error,
+                       timeout_error, unrecorded_notice)
 from .queue import ShellQueue
 from .requests import OWN, QUEUED, SUBSHELL, Request
 from .status import magic_output
@@ -37,11 +39,14 @@ _CONTROL_REPLIES = frozenset({"debug_request", "usage_request"})
 class Proxy:
     """Created by the app with the frontend's connection info; `run` serves until shutdown."""
 
-    def __init__(self, info: dict, session: Session, parent=None):
+    def __init__(self, info: dict, session: Session, parent=None, notebook: str | None = None):
         self.session = session
         self.frontend = Frontend(info, session, self._frontend_message)
-        self.supervisor = Supervisor(self, session=session, parent=parent)
+        self.supervisor = Supervisor(self, session=session, parent=parent, notebook=notebook,
+                                     kernel_name=info.get("kernel_name") or None)
+        self.cell_log = CellLog(self.supervisor.store)
         self.queue = ShellQueue()
+        self._told_unrecorded = False
         self.generation: Generation | None = None
         # Requests sent to the current generation and not yet finished (reply and idle), by msg_id.
         self._waiting: dict[str, Request] = {}
@@ -182,13 +187,35 @@ class Proxy:
             if self.generation is None:
                 self.supervisor.ensure_started()
                 return
-            self._send_to_worker(self.queue.take())
+            req = self.queue.take()
+            if self.cell_log.is_cell(req) and self.cell_log.recording and req.record is None:
+                # Durable before visible (semantics 3): the row commits before the worker sees it.
+                self.cell_log.start(req, self.generation.number, lambda error, r=req: self._recorded(r, error))
+            else:
+                self._send_to_worker(req)
             return
+
+    def _recorded(self, req: Request, error) -> None:
+        """The cell's `running` row is committed (or could not be): now it may run."""
+        if req is not self.queue.inflight:
+            return  # answered meanwhile (shutdown)
+        if error is not None:
+            req.record = None
+            self._answer_here(req, error=session_paused_error(error))
+        elif self.generation is None:
+            self.queue.inflight = None  # its generation ended meanwhile: it runs on the next one
+            self.queue.push_front(req)
+            self.supervisor.ensure_started()
+        else:
+            self._send_to_worker(req)
 
     def _refusal(self, req: Request) -> CellError | None:
         """Why `req` must not run now, if it must not (crash loop, poisoned code)."""
         if self.generation is None and self.supervisor.crash_loop is not None:
             return crash_loop_error(self.supervisor.crash_loop, self.supervisor.restart_window)
+        store = self.supervisor.store
+        if self.cell_log.is_cell(req) and store.unavailable is not None and store.required:
+            return session_paused_error(store.unavailable)
         if req.msg_type == "execute_request":
             code = req.worker_code
             if self.supervisor.policy.is_poisoned(code):
@@ -202,8 +229,12 @@ class Proxy:
             self.supervisor.send("shell", req.wire.frames())
             return
         self._last_execute = req
+        store = self.supervisor.store
+        if store.unavailable is not None and not self._told_unrecorded and not req.silent:
+            self._told_unrecorded = True
+            self._notice = unrecorded_notice(store.unavailable) + (self._notice or "")
         if self._notice and not req.silent:
-            self.frontend.send_iopub("stream", {"name": "stderr", "text": self._notice}, req.header)
+            self._publish_output(req, "stream", {"name": "stderr", "text": self._notice})
             self._notice = None
         self.supervisor.send_execute(self._as_worker_execute(req), msg_id=req.msg_id, code=req.worker_code,
                                      counts=req.counts, timeout=req.timeout)
@@ -222,12 +253,27 @@ class Proxy:
         packed = [bytes(body[1]), bytes(body[2]), bytes(body[3]), self.session.pack(content)]
         return [req.wire.frames()[0], self.session.sign(packed), *packed, *body[5:]]
 
-    def _finish_inflight(self, req: Request, status: str) -> None:
-        """`req` has its reply and idle: abort the executes queued behind an error, as ipykernel does."""
-        if req is not self.queue.inflight:
-            return
-        for aborted in self.queue.finish(req, status):
-            self._own_reply(aborted, {"status": "aborted"})
+    def _complete(self, req: Request) -> None:
+        """`req` is answered: abort the executes queued behind an error (as ipykernel does), go on."""
+        if req is self.queue.inflight:
+            status = (req.reply_content or {}).get("status", "ok")
+            for aborted in self.queue.finish(req, status):
+                self.cell_log.answered(aborted, {"status": "aborted"})
+                self._own_reply(aborted, {"status": "aborted"})
+        asyncio.get_running_loop().call_soon(self._pump)
+
+    def _release(self, req: Request) -> None:
+        """The outcome is committed: now the frontend may see the reply and idle that were held."""
+        held, req.held = req.held, []
+        for send in held:
+            send()
+        self._complete(req)
+
+    def _publish_output(self, req: Request, msg_type: str, content: dict) -> None:
+        """An output the proxy itself gives a cell: shown, and recorded like the worker's."""
+        self.frontend.send_iopub(msg_type, content, req.header)
+        if req.record is not None:
+            self.cell_log.output(req, msg_type, self.session.pack(content))
 
     # -- %klbr cells -------------------------------------------------------------------------------
 
@@ -242,7 +288,6 @@ class Proxy:
             except MagicError as e:
                 error = CellError("UsageError", str(e))
         self._answer_here(req, error=error, stdout=text)
-        self._pump()
 
     # -- from the supervisor (WorkerListener) ------------------------------------------------------
 
@@ -277,12 +322,18 @@ class Proxy:
             # deadline, not a KeyboardInterrupt the user never pressed.
             error = timeout_error(req.count, self.supervisor.policy.timeout_for(req.timeout), killed=False)
             content = {"status": "error", **error.content(), "execution_count": count}
-            req.reply_status = "error"
-            self.frontend.send_iopub("error", error.content(), req.header)
-            self._reply(req, content)
+            req.reply_content = content
+            self._publish_output(req, "error", error.content())
+            self._send_or_hold(req, lambda: self._reply(req, content))
             return
-        req.reply_status = wire.content.get("status", "ok")
-        self.frontend.forward(req.channel, req.idents, wire.frames())
+        req.reply_content = wire.content
+        self._send_or_hold(req, lambda: self.frontend.forward(req.channel, req.idents, wire.frames()))
+
+    def _send_or_hold(self, req: Request, send) -> None:
+        if req.record is not None:
+            req.held.append(send)
+        else:
+            send()
 
     def _worker_iopub(self, wire: Wire) -> None:
         msg_type = wire.msg_type
@@ -295,13 +346,19 @@ class Proxy:
                 req.busy_seen = True
                 if req.msg_type == "execute_request" and req is self.queue.inflight:
                     self.supervisor.cell_started(req.msg_id)
-            self.frontend.forward("iopub", wire.prefix, wire.frames())
             if req is not None and state == "idle":
                 req.idle = wire
+                self._send_or_hold(req, lambda: self.frontend.forward("iopub", wire.prefix, wire.frames()))
                 self._check_done(req)
+            else:
+                self.frontend.forward("iopub", wire.prefix, wire.frames())
             return
         self.frontend.forward("iopub", wire.prefix, wire.frames())
-        if msg_type == "execute_input":
+        if msg_type in OUTPUT_TYPES:
+            req = self._waiting.get(wire.parent_id)
+            if req is not None and req.record is not None:
+                self.cell_log.output(req, msg_type, wire.body[4])
+        elif msg_type == "execute_input":
             count = wire.content.get("execution_count")
             req = self._waiting.get(wire.parent_id)
             if req is not None and isinstance(count, int):
@@ -319,8 +376,11 @@ class Proxy:
         if req is self.queue.inflight:
             if req.msg_type == "execute_request":
                 self.supervisor.cell_finished(req.msg_id)
-            self._finish_inflight(req, req.reply_status or "ok")
-            self._pump()
+            if req.record is not None:
+                number = req.generation.number if req.generation else None
+                self.cell_log.finish(req, req.reply_content or {}, number, lambda error, r=req: self._release(r))
+            else:
+                self._complete(req)
 
     def generation_ready(self, generation: Generation) -> None:
         self.generation = generation
@@ -337,6 +397,8 @@ class Proxy:
         inflight = self.queue.inflight
         if ending.reason is EndReason.SHUTDOWN:
             for req in waiting.values():
+                if req.record is not None:  # ended by the shutdown: say so in the log, not 'running'
+                    self.cell_log.finish(req, {"status": "aborted"}, generation.number, lambda error: None)
                 self._own_reply(req, {"status": "aborted"} if req.msg_type in QUEUED else None, busy=not req.busy_seen)
             if inflight is not None and inflight.generation is generation:
                 self.queue.inflight = None
@@ -367,7 +429,7 @@ class Proxy:
         if ending.reason is EndReason.START_FAILED:
             # No worker to wait for: everything queued gets the same answer now, never a hang.
             for req in self.queue.clear() + self._held:
-                self._answer_here(req, error=self._ending_error(ending, generation, req), finish=False)
+                self._answer_here(req, error=self._ending_error(ending, generation, req))
             self._held.clear()
         elif self.supervisor.crash_loop is not None:
             self._pump()  # everything queued is refused with the crash-loop error
@@ -393,35 +455,42 @@ class Proxy:
     # -- the proxy's own answers -------------------------------------------------------------------
 
     def _answer_here(self, req: Request, *, error: CellError | None = None, stdout: str = "",
-                     busy: bool = True, finish: bool = True) -> None:
+                     busy: bool = True) -> None:
         """Answer a queued request without (further) help from a worker: a `%klbr` cell, a refusal,
-        or a request whose generation ended. Executes get a count and an In[n], as any cell."""
+        or a request whose generation ended. Executes get a count and an In[n], as any cell; a
+        recorded cell's reply and idle wait for its outcome to commit."""
         if req.msg_type != "execute_request":
             content = {"status": "error", **error.content()} if error else {"status": "ok"}
+            req.reply_content = content
             self._own_reply(req, content, busy=busy)
+            self._complete(req)
+            return
+        if busy:
+            self.frontend.status("busy", req.header)
+        if req.counts:
+            announce = req.count is None  # the worker never said In[n] for it
+            if announce:
+                req.count = self.supervisor.last_count + 1
+            self.supervisor.note_execution_count(req.count, code=req.code, from_worker=False)
+            if announce:
+                self.frontend.send_iopub("execute_input", {"code": req.code, "execution_count": req.count}, req.header)
+        count = req.count if req.count is not None else self.supervisor.last_count
+        if stdout and not req.silent:
+            self._publish_output(req, "stream", {"name": "stdout", "text": stdout})
+        if error is not None:
+            if not req.silent:
+                self._publish_output(req, "error", error.content())
+            content = {"status": "error", **error.content(), "execution_count": count}
         else:
-            if busy:
-                self.frontend.status("busy", req.header)
-            if req.counts:
-                announce = req.count is None  # the worker never said In[n] for it
-                if announce:
-                    req.count = self.supervisor.last_count + 1
-                self.supervisor.note_execution_count(req.count, code=req.code, from_worker=False)
-                if announce:
-                    self.frontend.send_iopub("execute_input", {"code": req.code, "execution_count": req.count}, req.header)
-            count = req.count if req.count is not None else self.supervisor.last_count
-            if stdout and not req.silent:
-                self.frontend.send_iopub("stream", {"name": "stdout", "text": stdout}, req.header)
-            if error is not None:
-                if not req.silent:
-                    self.frontend.send_iopub("error", error.content(), req.header)
-                content = {"status": "error", **error.content(), "execution_count": count}
-            else:
-                content = {"status": "ok", "execution_count": count, "user_expressions": {}, "payload": []}
-            self._reply(req, content)
-            self.frontend.status("idle", req.header)
-        if finish:
-            self._finish_inflight(req, "error" if error else "ok")
+            content = {"status": "ok", "execution_count": count, "user_expressions": {}, "payload": []}
+        req.reply_content = content
+        req.held += [lambda: self._reply(req, content), lambda: self.frontend.status("idle", req.header)]
+        if req.record is not None:
+            number = req.generation.number if req.generation else None
+            self.cell_log.finish(req, content, number, lambda error, r=req: self._release(r))
+        else:
+            self.cell_log.answered(req, content)
+            self._release(req)
 
     def _reply(self, req: Request, content: dict) -> None:
         reply_type = req.msg_type.rsplit("_", 1)[0] + "_reply"

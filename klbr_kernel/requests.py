@@ -6,6 +6,7 @@ import json
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from klbr_supervisor.store import CellRecord
 from klbr_supervisor.wire import Wire
 
 if TYPE_CHECKING:
@@ -50,6 +51,9 @@ class Request:
     magic_error: str | None = None
     timeout: float | None = None  # `%%klbr timeout=SECONDS`
     body: str | None = None  # the code after a `%%klbr` first line
+    record: CellRecord | None = None  # its row in the store, once it is a recorded cell
+    reply_content: dict | None = None  # the reply content the frontend gets (kept for the store)
+    held: list = field(default_factory=list)  # sends waiting until the outcome is committed
 
     @classmethod
     def decode(cls, channel: str, wire: Wire) -> Request:

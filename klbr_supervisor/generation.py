@@ -81,6 +81,7 @@ class Generation:
         self._iopub_seen = False
         self._end_reason: EndReason | None = None
         self.next_count = 1  # the execution count the worker will give its next counted cell
+        self.state_was_ready = False  # it served (as opposed to failing to start)
 
     def __repr__(self) -> str:
         return f"<Generation {self.number} pid={self.pid} {self.state.value}>"
@@ -132,6 +133,7 @@ class Generation:
         if not self._ready.done() or self.state is not GenerationState.STARTING:
             return False  # it died, or is being stopped (shutdown while it started)
         self._set_state(GenerationState.READY, "answered kernel_info")
+        self.state_was_ready = True
         return True
 
     def sync_count(self, last_count: int, texts: dict[int, str]) -> None:

@@ -21,6 +21,7 @@ from .generation import Generation
 from .policy import Deadline, Policy
 from .reaper import Reaper
 from .states import Ending, EndReason
+from .store import Store
 from .wire import Wire
 
 # Endings that count against the restart budget: the worker went away without being asked to.
@@ -84,11 +85,15 @@ class Supervisor(LoggingConfigurable):
     def _standby_default(self) -> bool:
         return self.placement == "local"
 
-    def __init__(self, listener: WorkerListener, *, session: Session, **kwargs):
-        """`session` carries the key, signature scheme and session id the workers share with the proxy."""
+    def __init__(self, listener: WorkerListener, *, session: Session, notebook: str | None = None,
+                 kernel_name: str | None = None, **kwargs):
+        """`session` carries the key, signature scheme and session id the workers share with the proxy;
+        `notebook` and `kernel_name` label this session in the store."""
         super().__init__(**kwargs)
         self.listener = listener
         self.session = session
+        self.store = Store(parent=self)
+        self._labels = {"notebook": notebook, "kernel": kernel_name}
         self.policy = Policy(
             interrupt_grace=self.interrupt_grace,
             cell_timeout=self.cell_timeout,
@@ -119,10 +124,12 @@ class Supervisor(LoggingConfigurable):
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg
-                self._launch(spare=False)
+                self._launch(spare=False)  # first: the worker starts while the store opens
+                self.store.open(uuid=self.session.session, **self._labels)
                 await self._stopped.wait()
         finally:
             self._reaper.close()
+            self.store.close()
             self._runtime.cleanup()
 
     def _launch(self, *, spare: bool) -> Generation:
@@ -159,6 +166,7 @@ class Supervisor(LoggingConfigurable):
         if self._stopping:
             await gen.stop(EndReason.SHUTDOWN, self.kill_grace)
         elif gen is self.current:
+            self._record_start(gen)
             self.listener.generation_ready(gen)
             self._ensure_spare()
         # A spare stays ready, unused, until `_takeover`.
@@ -173,6 +181,7 @@ class Supervisor(LoggingConfigurable):
         if spare is not None and spare.ending is None:
             self.current = spare
             if spare.alive:
+                self._record_start(spare)
                 self.listener.generation_ready(spare)
                 self._ensure_spare()
             # else: still starting; `_bring_up` announces it, since it is current now
@@ -190,6 +199,7 @@ class Supervisor(LoggingConfigurable):
         self.policy.clear_poison()
         self.crash_loop = None
         gen = self.current
+        self.store.event("restart", {"generation": gen.number if gen else None})
         if gen is not None and gen.ending is None:
             await gen.stop(EndReason.RESTART, self.kill_grace)  # `_ended` hands over to the spare
         else:
@@ -295,6 +305,7 @@ class Supervisor(LoggingConfigurable):
         gen = self.current
         if gen is None or not gen.alive:
             return
+        self.store.event("interrupt", {"generation": gen.number})
         await gen.interrupt()
         cell = self._cell
         if cell is not None and cell.generation is gen and not cell.interrupted:
@@ -359,8 +370,15 @@ class Supervisor(LoggingConfigurable):
         if gen is self.current:
             self.listener.worker_message(gen, channel, wire)
 
+    def _record_start(self, gen: Generation) -> None:
+        info = gen.kernel_info.get("language_info", {})
+        identity = {"pid": gen.pid, "kernel": gen.kernel_name, "language": info.get("name"), "version": info.get("version")}
+        self.store.generation_started(gen.number, gen.placement, identity, gen.pid)
+
     def _ended(self, gen: Generation, ending: Ending) -> None:
         self.log.warning("generation %d (pid %s) ended: %s, %s", gen.number, gen.pid, ending.reason.value, ending.how)
+        if gen.state_was_ready:
+            self.store.generation_ended(gen.number, f"{ending.reason.value}: {ending.how}")
         if gen is self.spare:
             self.spare = None  # replaced at the next takeover, not in a loop now
             return

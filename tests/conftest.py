@@ -36,6 +36,8 @@ def pytest_configure(config):
         }))
     paths = [str(HERE), _SPECS.name] + [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]
     os.environ["JUPYTER_PATH"] = os.pathsep.join(paths)
+    # Every kernel of the run records into a database of the run, never the user's own.
+    os.environ["KLBR_DB"] = str(Path(_SPECS.name, "klbr.sqlite3"))
 
 
 def pytest_unconfigure(config):

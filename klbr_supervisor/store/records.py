@@ -1,0 +1,23 @@
+"""Handles the proxy holds for rows the store writes later (the writer thread fills in ids)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(eq=False)
+class CellRecord:
+    """One cell's row, from `Store.cell_started` to `Store.cell_finished`.
+
+    Outputs are counted here, on the loop thread, so the per-cell bound costs no SQL.
+    """
+
+    msg_id: str
+    client_session: str
+    code: str
+    generation: int | None
+    id: int | None = None  # set by the writer when the row is inserted
+    seq: int = 0
+    output_bytes: int = 0
+    truncated: bool = False
+    failed: BaseException | None = field(default=None, repr=False)

@@ -1,0 +1,340 @@
+"""The store: one SQLite file, written by one thread, in the order things happened.
+
+The proxy's request path calls `cell_started` (the row is committed before the worker sees the
+cell), `output` (queued; batched into the writer's next transaction) and `cell_finished` (the
+outcome and every output received so far commit together, before the frontend sees the reply).
+Completion callbacks run on the event loop. A write that fails pauses the store (`paused` says why);
+the next `cell_started` tries again and resumes it when the file takes writes again.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import queue
+import socket
+import sqlite3
+import threading
+from collections.abc import Callable
+from datetime import datetime, timezone
+from pathlib import Path
+
+from jupyter_core.paths import jupyter_data_dir
+from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode, default
+from traitlets.config import LoggingConfigurable
+
+from .records import CellRecord
+from .recovery import recover_orphans
+from .schema import migrate
+
+log = logging.getLogger(__name__)
+
+Done = Callable[["StoreError | None"], None]
+_STOP = object()
+_BATCH = 1000
+# Filesystems on which SQLite's WAL (shared memory between processes) is not safe.
+_NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph", "glusterfs", "lustre"}
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+class StoreError(Exception):
+    """The store cannot be written (read-only, full, deleted, locked too long); names the path."""
+
+    def __init__(self, path: str, cause: BaseException | str):
+        self.path = path
+        self.cause = cause
+        super().__init__(f"{path}: {cause}")
+
+
+def filesystem_type(path: Path) -> str:
+    """The type of the filesystem holding `path`, from /proc/mounts ('' if unknown)."""
+    best, fstype = "", ""
+    try:
+        target = str(path.resolve())
+        for line in Path("/proc/mounts").read_text().splitlines():
+            parts = line.split()
+            mount = parts[1].replace("\\040", " ")
+            if (target == mount or target.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best):
+                best, fstype = mount, parts[2]
+    except OSError:
+        pass
+    return fstype
+
+
+class Store(LoggingConfigurable):
+    path = Unicode(config=True, help="The SQLite file (env KLBR_DB overrides; default <jupyter data dir>/klbr/klbr.sqlite3).")
+    max_output_bytes = Int(10 * 2**20, config=True, help="Bytes of output kept per cell; the rest is counted, not kept.")
+    synchronous = CaselessStrEnum(
+        ["NORMAL", "FULL"], "NORMAL", config=True,
+        help="NORMAL survives a crash of any process; FULL also survives power loss (slower commits).",
+    )
+    required = Bool(
+        False, config=True,
+        help="Refuse cells when the store cannot be opened (default: run unrecorded and say so).",
+    )
+    busy_timeout = Float(10.0, config=True, help="Seconds to wait for another kernel's write lock.")
+
+    @default("path")
+    def _path_default(self) -> str:
+        return os.environ.get("KLBR_DB") or os.path.join(jupyter_data_dir(), "klbr", "klbr.sqlite3")
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if os.environ.get("KLBR_DB"):
+            self.path = os.environ["KLBR_DB"]
+        self.session_id: int | None = None
+        self.unavailable: StoreError | None = None  # could not be opened at start
+        self.paused: StoreError | None = None  # stopped taking writes mid-session
+        self._conn: sqlite3.Connection | None = None
+        self._inode: tuple[int, int] | None = None
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._event_seq = 0
+        self.on_pause: Callable[[StoreError | None], None] = lambda error: None
+
+    # -- opening -----------------------------------------------------------------------------------
+
+    def open(self, *, uuid: str, notebook: str | None, kernel: str | None) -> bool:
+        """Open (creating 0600, migrating), recover orphans, record this session. False if unavailable."""
+        self._loop = asyncio.get_running_loop()
+        try:
+            self._conn = self._connect()
+            migrate(self._conn)
+            recovered = recover_orphans(self._conn, socket.gethostname(), now())
+            with self._conn:
+                cur = self._conn.execute(
+                    "INSERT INTO sessions (uuid, notebook, kernel, host, pid, started) VALUES (?, ?, ?, ?, ?, ?)",
+                    (uuid, notebook, kernel, socket.gethostname(), os.getpid(), now()),
+                )
+            self.session_id = cur.lastrowid
+        except (sqlite3.Error, OSError, RuntimeError) as e:
+            self.unavailable = StoreError(self.path, e)
+            log.error("klbr store unavailable, this session is not recorded: %s", self.unavailable)
+            if self._conn is not None:
+                self._conn.close()
+                self._conn = None
+            return False
+        for cell_id in recovered:
+            log.warning("cell %d was running when its kernel died: now 'unknown' (not re-run)", cell_id)
+        self._thread = threading.Thread(target=self._write_loop, name="klbr-store", daemon=True)
+        self._thread.start()
+        return True
+
+    def _connect(self) -> sqlite3.Connection:
+        path = Path(self.path)
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        # Created 0600 before SQLite sees it: cells hold code and outputs. WAL/SHM files follow it.
+        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        conn = sqlite3.connect(path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
+        fstype = filesystem_type(path)
+        if fstype in _NETWORK_FS:
+            log.warning("klbr store %s is on %s: WAL is unsafe there, using a rollback journal", path, fstype)
+            conn.execute("PRAGMA journal_mode = DELETE")
+        else:
+            conn.execute("PRAGMA journal_mode = WAL")
+        conn.execute(f"PRAGMA synchronous = {self.synchronous}")
+        conn.execute("PRAGMA foreign_keys = ON")
+        st = os.stat(path)
+        self._inode = (st.st_dev, st.st_ino)
+        return conn
+
+    @property
+    def recording(self) -> bool:
+        return self._conn is not None
+
+    def close(self) -> None:
+        """Mark the session ended and stop the writer (called once, at shutdown)."""
+        if self._thread is None:
+            return
+        session_id = self.session_id
+        self._submit(lambda c: c.execute("UPDATE sessions SET ended = ? WHERE id = ?", (now(), session_id)))
+        self._queue.put(_STOP)
+        self._thread.join(timeout=5)
+        self._thread = None
+        self._conn.close()
+
+    # -- the request path --------------------------------------------------------------------------
+
+    def cell_started(self, cell: CellRecord, done: Done) -> None:
+        """Insert the cell as `running`; `done(None)` once committed, `done(error)` if it was not."""
+        replaced = self._file_replaced()
+        if replaced is not None:
+            self._pause(replaced)
+            done(replaced)
+            return
+        session_id = self.session_id
+
+        def insert(c: sqlite3.Connection) -> None:
+            cur = c.execute(
+                "INSERT INTO cells (session_id, generation, msg_id, client_session, code, status, started)"
+                " VALUES (?, ?, ?, ?, ?, 'running', ?)",
+                (session_id, cell.generation, cell.msg_id, cell.client_session, cell.code, now()),
+            )
+            cell.id = cur.lastrowid
+
+        def committed(error: StoreError | None) -> None:
+            if error is None and self.paused is not None:
+                log.warning("klbr store %s takes writes again: recording resumed", self.path)
+                self._pause(None)
+                self.event("store_resumed", {})
+            done(error)
+
+        self._submit(insert, committed, resuming=True)
+
+    def output(self, cell: CellRecord, msg_type: str, content: bytes) -> None:
+        """Queue one iopub output of `cell` (its content JSON as sent); bounded per cell."""
+        if cell.truncated:
+            cell.output_bytes += len(content)
+            return
+        if cell.output_bytes + len(content) > self.max_output_bytes:
+            cell.truncated = True
+            cell.output_bytes += len(content)
+            return
+        cell.output_bytes += len(content)
+        cell.seq += 1
+        seq = cell.seq
+        text = content.decode("utf-8", "replace")
+
+        def insert(c: sqlite3.Connection) -> None:
+            if cell.id is not None:
+                c.execute("INSERT INTO outputs (cell_id, seq, msg_type, content) VALUES (?, ?, ?, ?)",
+                          (cell.id, seq, msg_type, text))
+
+        self._submit(insert)
+
+    def cell_finished(self, cell: CellRecord, *, status: str, count: int | None, error: str | None,
+                      reply: dict | None, generation: int | None, done: Done) -> None:
+        """Record the outcome; `done` runs once it (and every output before it) is committed."""
+        reply_text = json.dumps(reply, default=str) if reply is not None else None
+
+        def update(c: sqlite3.Connection) -> None:
+            if cell.id is None:
+                return
+            c.execute(
+                "UPDATE cells SET status = ?, finished = ?, error = ?, reply = ?, execution_count = ?,"
+                " generation = coalesce(?, generation), output_bytes = ?, outputs_truncated = ? WHERE id = ?",
+                (status, now(), error, reply_text, count, generation, cell.output_bytes, int(cell.truncated), cell.id),
+            )
+
+        self._submit(update, done)
+
+    def answered(self, cell: CellRecord, *, status: str, count: int | None, error: str, reply: dict) -> None:
+        """A cell answered without running (aborted, refused, a `%klbr` line): one row, at once."""
+        session_id = self.session_id
+
+        def insert(c: sqlite3.Connection) -> None:
+            cur = c.execute(
+                "INSERT INTO cells (session_id, generation, msg_id, client_session, execution_count, code, status,"
+                " started, finished, error, reply) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, cell.generation, cell.msg_id, cell.client_session, count, cell.code, status,
+                 now(), now(), error or None, json.dumps(reply, default=str)),
+            )
+            cell.id = cur.lastrowid
+
+        self._submit(insert)
+
+    def event(self, kind: str, payload: dict) -> None:
+        """A durable event: generation starts and ends, interrupts, restarts, placement changes."""
+        self._event_seq += 1
+        seq, session_id, text = self._event_seq, self.session_id, json.dumps(payload, default=str)
+        self._submit(lambda c: c.execute(
+            "INSERT INTO events (session_id, seq, kind, payload, time) VALUES (?, ?, ?, ?, ?)",
+            (session_id, seq, kind, text, now())))
+
+    def generation_started(self, number: int, placement: str, identity: dict, pid: int | None) -> None:
+        session_id, text = self.session_id, json.dumps(identity, default=str)
+        self._submit(lambda c: c.execute(
+            "INSERT OR REPLACE INTO generations (session_id, number, placement, identity, pid, started)"
+            " VALUES (?, ?, ?, ?, ?, ?)", (session_id, number, placement, text, pid, now())))
+        self.event("generation_started", {"generation": number, "pid": pid, "placement": placement})
+
+    def generation_ended(self, number: int, end_reason: str) -> None:
+        session_id = self.session_id
+        self._submit(lambda c: c.execute(
+            "UPDATE generations SET ended = ?, end_reason = ? WHERE session_id = ? AND number = ?",
+            (now(), end_reason, session_id, number)))
+        self.event("generation_ended", {"generation": number, "reason": end_reason})
+
+    # -- the writer --------------------------------------------------------------------------------
+
+    def _submit(self, apply: Callable[[sqlite3.Connection], None], done: Done | None = None, *,
+                resuming: bool = False) -> None:
+        if self._thread is None:
+            if done is not None:
+                done(self.unavailable or StoreError(self.path, "the store is closed"))
+            return
+        if self.paused is not None and not resuming:
+            if done is not None:
+                done(self.paused)
+            return
+        self._queue.put((apply, done))
+
+    def _write_loop(self) -> None:
+        """The writer thread: batches what is queued into one transaction, then reports back."""
+        conn = self._conn
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            batch = [item]
+            stop = False
+            while len(batch) < _BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stop = True
+                    break
+                batch.append(item)
+            failure = self._apply(conn, batch)
+            dones = [done for _, done in batch if done is not None]
+            if failure is not None or dones:
+                try:
+                    self._loop.call_soon_threadsafe(self._report, failure, dones)
+                except RuntimeError:
+                    return  # the loop is closed: the kernel is exiting
+            if stop:
+                return
+
+    def _apply(self, conn: sqlite3.Connection, batch: list) -> StoreError | None:
+        try:
+            conn.execute("BEGIN IMMEDIATE")
+            for apply, _ in batch:
+                apply(conn)
+            conn.execute("COMMIT")
+            return None
+        except (sqlite3.Error, OSError) as e:
+            try:
+                conn.execute("ROLLBACK")  # an I/O error may leave the transaction open
+            except sqlite3.Error:
+                pass
+            return StoreError(self.path, e)
+
+    def _report(self, failure: StoreError | None, dones: list[Done]) -> None:
+        if failure is not None and self.paused is None:
+            self._pause(failure)
+        for done in dones:
+            done(failure)
+
+    def _pause(self, error: StoreError | None) -> None:
+        if error is not None:
+            log.error("klbr store paused: %s", error)
+        self.paused = error
+        self.on_pause(error)
+
+    def _file_replaced(self) -> StoreError | None:
+        """SQLite keeps writing to a deleted file's inode: notice a deleted or replaced file."""
+        try:
+            st = os.stat(self.path)
+        except OSError as e:
+            return StoreError(self.path, f"the database file is gone ({e.strerror})")
+        if (st.st_dev, st.st_ino) != self._inode:
+            return StoreError(self.path, "the database file was replaced")
+        return None
