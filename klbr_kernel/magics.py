@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-COMMANDS = ("status", "restart", "placement", "timeout")
+COMMANDS = ("status", "restart", "placement", "timeout", "history")
 _LINE = re.compile(r"^%klbr(?:\s+(?P<rest>.*))?$")
 _CELL = re.compile(r"^%%klbr\s+timeout\s*=\s*(?P<seconds>\S+)\s*$")
 
@@ -48,6 +48,8 @@ def line_magics(code: str) -> list[Magic] | None:
             raise MagicError(f"%klbr {command} takes no arguments")
         elif command == "placement" and len(args) > 1:
             raise MagicError("usage: %klbr placement [SPEC]")
+        elif command == "history" and (len(args) > 1 or (args and not args[0].isdigit())):
+            raise MagicError("usage: %klbr history [N]")
         magics.append(Magic(command, args))
     return magics
 

@@ -143,6 +143,8 @@ class Proxy:
         pending = ([self.queue.inflight] if self.queue.inflight else []) + self.queue.clear() + self._held
         self.queue.inflight = None
         for r in pending:
+            if r.record is None:
+                self.cell_log.answered(r, {"status": "aborted"})
             self._own_reply(r, {"status": "aborted"} if r.msg_type in QUEUED else None, busy=not r.busy_seen)
         self._held.clear()
         if req is not None:
@@ -179,6 +181,10 @@ class Proxy:
                 self.queue.take()
                 self._tg.create_task(self._run_magics(req))
                 return
+            if req.msg_type == "history_request" and self.cell_log.recording:
+                self.queue.take()
+                self._history(req)
+                continue
             refusal = self._refusal(req)
             if refusal is not None:
                 self.queue.take()
@@ -208,6 +214,18 @@ class Proxy:
             self.supervisor.ensure_started()
         else:
             self._send_to_worker(req)
+
+    def _history(self, req: Request) -> None:
+        """From the cell log, so history survives workers and sessions (it is not the worker's own)."""
+        try:
+            history = self.supervisor.store.history(req.content, self.supervisor.notebook)
+            content = {"status": "ok", "history": history}
+        except Exception as e:  # a bad pattern or a broken file: an error reply, never a hang
+            log.warning("history from the cell log failed: %s", e)
+            content = {"status": "error", "ename": type(e).__name__, "evalue": str(e), "traceback": [], "history": []}
+        req.reply_content = content
+        self._own_reply(req, content)
+        self._complete(req)
 
     def _refusal(self, req: Request) -> CellError | None:
         """Why `req` must not run now, if it must not (crash loop, poisoned code)."""

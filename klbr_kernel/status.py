@@ -16,6 +16,27 @@ def _duration(seconds: float | None) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
+def _store_state(supervisor: Supervisor) -> str:
+    store = supervisor.store
+    if store.unavailable is not None:
+        return f"unavailable, not recording ({store.unavailable})"
+    if store.paused is not None:
+        return f"PAUSED, cells refused ({store.paused})"
+    return f"{store.path} (session {store.session_id})"
+
+
+def history_text(supervisor: Supervisor, n: int) -> str:
+    store = supervisor.store
+    if not store.recording:
+        return "The cell log is not available in this session.\n"
+    entries = store.history({"hist_access_type": "tail", "n": n}, supervisor.notebook)
+    lines = []
+    for session, count, code in entries:
+        first, *rest = code.splitlines() or [""]
+        lines.append(f"[{session}:{count}] {first}" + (f"   (+{len(rest)} lines)" if rest else ""))
+    return "\n".join(lines) + "\n" if lines else "No cells recorded yet.\n"
+
+
 def status_text(supervisor: Supervisor) -> str:
     st = supervisor.status()
     timeout = st["cell_timeout"]
@@ -29,6 +50,7 @@ def status_text(supervisor: Supervisor) -> str:
         ("restarts", f"{st['restarts']} of {st['restart_limit']} in the last {st['restart_window']:g} s"),
         ("cell timeout", f"{timeout:g} s" if timeout else "none"),
         ("interrupt grace", f"{st['interrupt_grace']:g} s"),
+        ("cell log", _store_state(supervisor)),
     ]
     width = max(len(k) for k, _ in rows)
     return "".join(f"{k:<{width}}  {v}\n" for k, v in rows)
@@ -49,6 +71,8 @@ async def magic_output(magic: Magic, supervisor: Supervisor) -> str:
         seconds = float(magic.args[0])
         supervisor.set_session_timeout(seconds)
         return f"Cells now time out after {seconds:g} s.\n" if seconds else "Cells have no time limit now.\n"
+    if magic.command == "history":
+        return history_text(supervisor, int(magic.args[0]) if magic.args else 10)
     if magic.command == "placement":
         if not magic.args or magic.args[0] == supervisor.placement:
             return f"placement: {supervisor.placement}\n"

@@ -93,6 +93,7 @@ class Supervisor(LoggingConfigurable):
         self.listener = listener
         self.session = session
         self.store = Store(parent=self)
+        self.notebook = notebook
         self._labels = {"notebook": notebook, "kernel": kernel_name}
         self.policy = Policy(
             interrupt_grace=self.interrupt_grace,

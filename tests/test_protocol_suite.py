@@ -46,8 +46,9 @@ class KlbrKernelTests(jkt.KernelTests):
         {"code": "from IPython.display import Math, display; display(Math('\\\\frac{1}{2}'))", "mime": "text/latex"},
     ]
     code_history_pattern = "1?2*"
-    # "range" is left out: plain ipykernel fails it too (it answers session 0 for the current one).
-    supported_history_operations = ("tail", "search")
+    # History comes from the cell log, so "range" works too (plain ipykernel fails it: it answers
+    # session 0 for the current one).
+    supported_history_operations = ("tail", "range", "search")
     code_inspect_sample = "zip"
     code_clear_output = "from IPython.display import clear_output; clear_output()"
 

@@ -91,6 +91,7 @@ class Store(LoggingConfigurable):
         self.unavailable: StoreError | None = None  # could not be opened at start
         self.paused: StoreError | None = None  # stopped taking writes mid-session
         self._conn: sqlite3.Connection | None = None
+        self._reader: sqlite3.Connection | None = None
         self._inode: tuple[int, int] | None = None
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         self._thread: threading.Thread | None = None
@@ -148,6 +149,35 @@ class Store(LoggingConfigurable):
     def recording(self) -> bool:
         return self._conn is not None
 
+    def reader(self) -> sqlite3.Connection:
+        """A read connection for the loop thread (history replies); WAL lets it read while the writer writes."""
+        if self._reader is None:
+            from .queries import connect
+
+            self._reader = connect(self.path)
+        return self._reader
+
+    def history(self, content: dict, notebook: str | None) -> list[tuple]:
+        """Answer a history_request's content from the log: this notebook's cells across generations
+        and sessions, with integer session numbers (0 or less: relative to this session)."""
+        from . import queries
+
+        conn = self.reader()
+        output = bool(content.get("output", False))
+        kind = content.get("hist_access_type", "tail")
+        if kind == "range":
+            session = int(content.get("session") or 0)
+            if session <= 0:
+                ids = queries.history_sessions(conn, self.session_id, notebook)
+                session = ids[max(0, len(ids) - 1 + session)] if -session < len(ids) else ids[0]
+            return queries.history_range(conn, session, int(content.get("start") or 1),
+                                         content.get("stop"), output)
+        ids = queries.history_sessions(conn, self.session_id, notebook)
+        if kind == "search":
+            return queries.history_search(conn, ids, content.get("pattern") or "*", content.get("n"),
+                                          bool(content.get("unique", False)), output)
+        return queries.history_tail(conn, ids, int(content.get("n") or 10), output)
+
     def close(self) -> None:
         """Mark the session ended and stop the writer (called once, at shutdown)."""
         if self._thread is None:
@@ -158,6 +188,8 @@ class Store(LoggingConfigurable):
         self._thread.join(timeout=5)
         self._thread = None
         self._conn.close()
+        if self._reader is not None:
+            self._reader.close()
 
     # -- the request path --------------------------------------------------------------------------
 
