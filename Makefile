@@ -26,7 +26,7 @@ test: $(STAMP) browser-deps
 	$(BIN)/python -m pytest -q -ra
 
 bench: $(STAMP)
-	$(BIN)/python benchmarks/compare.py
+	$(BIN)/python benchmarks/compare.py --readme README.md
 
 clean:
 	rm -rf $(VENV) build *.egg-info

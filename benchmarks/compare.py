@@ -21,6 +21,8 @@ from pathlib import Path
 from jupyter_client.manager import KernelManager
 
 KERNELS = {"klbr": "klbr", "ipykernel": "python3", "ipykernel A/A": "python3-aa"}
+# klbr with its cell log unavailable: the difference to "klbr" is what the store costs per cell.
+UNRECORDED = {"KLBR_DB": "/proc/klbr-benchmark-no-store/klbr.sqlite3"}
 
 
 def _aa_kernelspec() -> str:
@@ -37,9 +39,9 @@ def _aa_kernelspec() -> str:
 
 
 @contextmanager
-def kernel(name: str):
+def kernel(name: str, env: dict | None = None):
     km = KernelManager(kernel_name=name)
-    km.start_kernel()
+    km.start_kernel(**({"env": {**os.environ, **env}} if env else {}))
     kc = km.client()
     kc.start_channels()
     kc.wait_for_ready(timeout=60)
@@ -168,6 +170,76 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
+def store_cost(cells: int) -> float:
+    """Median extra ms per trivial cell of klbr recording vs klbr unrecorded, interleaved."""
+    recorded, unrecorded = [], []
+    with kernel("klbr") as (_, a), kernel("klbr", UNRECORDED) as (_, b):
+        run_cell(a, "pass")
+        run_cell(b, "pass")
+        for _ in range(cells):
+            recorded.append(run_cell(a, "pass"))
+            unrecorded.append(run_cell(b, "pass"))
+    return (statistics.median(recorded) - statistics.median(unrecorded)) * 1000
+
+
+def million_cell_listing(tmpdir: str) -> dict[str, float]:
+    """A cell log of 1 000 000 cells in 1 000 sessions: how long the CLI's listings take."""
+    import sqlite3
+
+    from klbr_supervisor.store.queries import cells, connect, sessions
+    from klbr_supervisor.store.schema import migrate
+
+    path = os.path.join(tmpdir, "million.sqlite3")
+    conn = sqlite3.connect(path, isolation_level=None)
+    conn.execute("PRAGMA journal_mode = WAL")
+    migrate(conn)
+    conn.execute("BEGIN")
+    conn.executemany("INSERT INTO sessions (id, uuid, notebook, host, pid, started, ended) VALUES (?, ?, ?, 'h', 1, '2026', '2026')",
+                     ((s, f"u{s}", f"nb{s % 50}.ipynb") for s in range(1, 1001)))
+    conn.executemany("INSERT INTO cells (session_id, msg_id, execution_count, code, status, started) VALUES (?, ?, ?, ?, 'ok', '2026')",
+                     ((1 + i // 1000, f"m{i}", 1 + i % 1000, f"x = {i}") for i in range(1_000_000)))
+    conn.execute("COMMIT")
+    conn.close()
+    read = connect(path)
+    out = {}
+    start = time.perf_counter()
+    sessions(read, 50)
+    out["list sessions, 1M-cell log (ms)"] = (time.perf_counter() - start) * 1000
+    start = time.perf_counter()
+    rows = cells(read, 500)
+    assert len(rows) == 1000
+    out["list a session's cells, 1M-cell log (ms)"] = (time.perf_counter() - start) * 1000
+    return out
+
+
+def nbclient_100(name: str, tmpdir: str) -> float:
+    import nbformat
+    from nbclient import NotebookClient
+
+    nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"x{i} = {i}\nprint(x{i})") for i in range(100)])
+    start = time.perf_counter()
+    NotebookClient(nb, kernel_name=name, timeout=60, resources={"metadata": {"path": tmpdir}}).execute()
+    return time.perf_counter() - start
+
+
+def eight_at_once(name: str) -> float:
+    """Seconds for 8 kernels, started together, to each run 200 trivial cells (one shared cell log)."""
+    import threading
+
+    def one() -> None:
+        with kernel(name) as (km, kc):
+            for i in range(200):
+                run_cell(kc, f"{i}")
+
+    start = time.perf_counter()
+    threads = [threading.Thread(target=one) for _ in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - start
+
+
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
     return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
@@ -179,6 +251,7 @@ def main() -> None:
     ap.add_argument("--cells", type=int, default=200, help="trivial cells per kernel per round")
     ap.add_argument("--output-mib", type=int, default=50)
     ap.add_argument("--out", default="benchmarks/results/latest.json")
+    ap.add_argument("--readme", help="rewrite the table between the bench markers of this README")
     args = ap.parse_args()
     _aa_kernelspec()
     results: dict[str, dict[str, list[float]]] = {k: {} for k in KERNELS}
@@ -205,7 +278,16 @@ def main() -> None:
                 add(label, "worker RSS (MiB)", rss_mib(_pid_of_worker(kc)))
                 for measure, value in recovery(label, km, kc).items():
                     add(label, measure, value)
+        tmp = tempfile.mkdtemp(prefix="klbr-bench-nb-")
+        for label, name in KERNELS.items():
+            add(label, "nbclient, 100-cell notebook (s)", nbclient_100(name, tmp))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+
+    add("klbr", "store cost per trivial cell (ms)", store_cost(args.cells))
+    for measure, value in million_cell_listing(tempfile.mkdtemp(prefix="klbr-bench-db-")).items():
+        add("klbr", measure, value)
+    for label, name in KERNELS.items():
+        add(label, "8 kernels × 200 cells at once (s)", eight_at_once(name))
 
     rows = []
     measures = list(results["klbr"])
@@ -233,6 +315,16 @@ def main() -> None:
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"when": when, "machine": machine, "rounds": args.rounds, "raw": results, "table": table}, indent=1))
+    if args.readme:
+        readme = Path(args.readme)
+        text = readme.read_text()
+        head, rest = text.split("<!-- bench:start -->", 1)
+        _, tail = rest.split("<!-- bench:end -->", 1)
+        block = (f"Measured {when} on {machine}; {args.rounds} rounds of {args.cells} trivial cells, medians "
+                 "(latency percentiles over all cells). The A/A column is ipykernel against itself: the noise.\n\n"
+                 + table + "\n")
+        readme.write_text(f"{head}<!-- bench:start -->\n{block}<!-- bench:end -->{tail}")
+        print(f"\nwrote the table into {readme}")
 
 
 if __name__ == "__main__":

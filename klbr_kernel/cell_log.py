@@ -60,11 +60,11 @@ class CellLog:
         self.store.cell_finished(req.record, status=cell_status(content), count=content.get("execution_count"),
                                  error=error, reply=content, generation=generation, done=done)
 
-    def answered(self, req: Request, content: dict) -> None:
+    def answered(self, req: Request, content: dict, outputs: list[tuple[str, dict]] = ()) -> None:
         """A cell that never reached a worker (aborted, refused, a `%klbr` line): one row."""
         if not self.is_cell(req) or not self.store.recording or self.store.paused:
             return
         record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, None)
         error = f"{content.get('ename')}: {content.get('evalue')}" if content.get("status") == "error" else ""
         self.store.answered(record, status=cell_status(content), count=content.get("execution_count"),
-                            error=error, reply=content)
+                            error=error, reply=content, outputs=outputs)

@@ -74,14 +74,28 @@ class Frontend:
     def _received(self, channel: str, frames: list) -> None:
         try:
             idents, body = self.session.feed_identities(frames, copy=False)
-            msg = self.session.deserialize(body, content=False, copy=False)
-            wire = Wire(idents, body, msg["header"], msg["parent_header"])
+            wire = self._resent_execute(idents, body)
+            if wire is None:
+                msg = self.session.deserialize(body, content=False, copy=False)
+                wire = Wire(idents, body, msg["header"], msg["parent_header"])
             if not wire.msg_type or not wire.msg_id:
                 raise MalformedMessage("header has no msg_type or msg_id")
         except Exception as e:  # jupyter_client raises ValueError, KeyError, TypeError for bad input
             log.warning("%s: dropped an invalid message: %s: %s", channel, type(e).__name__, e)
             return
         self._on_message(channel, wire)
+
+    def _resent_execute(self, idents: list, body: list) -> Wire | None:
+        """An execute_request byte-identical to one already verified (a client resending after a
+        reconnect). Session would reject it as a replay and the client would wait forever; the
+        proxy answers it from the record instead, without running it again (semantics 9)."""
+        if len(body) < 5 or body[0].bytes not in self.session.digest_history:
+            return None
+        wire = Wire.parse([b"<IDS|MSG>", *body])
+        if wire.msg_type != "execute_request":
+            return None  # other replays stay rejected, as jupyter_client rejects them
+        wire.prefix = idents
+        return wire
 
     def _subscription(self, frames: list) -> None:
         """XPUB subscription events: greet each new subscriber (JEP 65 iopub_welcome)."""

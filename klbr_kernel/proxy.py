@@ -54,6 +54,8 @@ class Proxy:
         self._held: list[Request] = []
         self._last_execute: Request | None = None
         self._open_comms: set[str] = set()
+        self._executes: dict[tuple[str, str], Request] = {}  # by (client session, msg_id): no result twice
+        self._forgot_executes = False
         self._debugging = False
         self._notice: str | None = None
         self._stopping = False
@@ -101,11 +103,38 @@ class Proxy:
             self._own_reply(req, {"status": "error", **error.content()})
         elif channel == "shell" and msg_type in QUEUED:
             if msg_type == "execute_request":
+                if self._answer_duplicate(req):
+                    return
                 self._read_magics(req)
             self.queue.push(req)
             self._pump()
         else:
             self._forward_now(req)
+
+    def _answer_duplicate(self, req: Request) -> bool:
+        """An execute this session already took (same client session and msg_id) is not run again:
+        its reply is sent once more, from the record, or when the original finishes. No second
+        busy/idle: the frontend already has one pair for that msg_id (semantics 1, 9)."""
+        key = (req.header.get("session", ""), req.msg_id)
+        original = self._executes.get(key)
+        if original is None:
+            # Only once older executes were let go of does a new one cost a look in the store.
+            forgotten = self._forgot_executes and self.cell_log.recording
+            reply = self.supervisor.store.recorded_reply(*key) if forgotten else None
+            if reply is None:
+                self._executes[key] = req
+                if len(self._executes) > 10_000:
+                    self._executes.pop(next(iter(self._executes)))
+                    self._forgot_executes = True
+                return False
+            self._reply(req, reply)
+            return True
+        log.info("execute %s received again: answered from the record, not re-run", req.msg_id)
+        if original.answered:
+            self._reply(req, original.reply_content)
+        else:
+            original.duplicates.append(req)
+        return True
 
     def _read_magics(self, req: Request) -> None:
         code = req.code
@@ -292,6 +321,8 @@ class Proxy:
         self.frontend.send_iopub(msg_type, content, req.header)
         if req.record is not None:
             self.cell_log.output(req, msg_type, self.session.pack(content))
+        else:
+            req.own_outputs.append((msg_type, content))  # recorded with the row, when it is written
 
     # -- %klbr cells -------------------------------------------------------------------------------
 
@@ -345,7 +376,19 @@ class Proxy:
             self._send_or_hold(req, lambda: self._reply(req, content))
             return
         req.reply_content = wire.content
-        self._send_or_hold(req, lambda: self.frontend.forward(req.channel, req.idents, wire.frames()))
+
+        def forward() -> None:
+            self._replied(req)
+            self.frontend.forward(req.channel, req.idents, wire.frames())
+
+        self._send_or_hold(req, forward)
+
+    def _replied(self, req: Request) -> None:
+        """`req`'s reply goes out now: resent copies of it that waited get the same reply."""
+        req.answered = True
+        waiting, req.duplicates = req.duplicates, []
+        for dup in waiting:
+            self._reply(dup, req.reply_content or {"status": "aborted"})
 
     def _send_or_hold(self, req: Request, send) -> None:
         if req.record is not None:
@@ -507,10 +550,11 @@ class Proxy:
             number = req.generation.number if req.generation else None
             self.cell_log.finish(req, content, number, lambda error, r=req: self._release(r))
         else:
-            self.cell_log.answered(req, content)
+            self.cell_log.answered(req, content, req.own_outputs)
             self._release(req)
 
     def _reply(self, req: Request, content: dict) -> None:
+        self._replied(req)
         reply_type = req.msg_type.rsplit("_", 1)[0] + "_reply"
         metadata = {
             "started": datetime.now(timezone.utc).isoformat(),

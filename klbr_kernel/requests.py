@@ -54,6 +54,9 @@ class Request:
     record: CellRecord | None = None  # its row in the store, once it is a recorded cell
     reply_content: dict | None = None  # the reply content the frontend gets (kept for the store)
     held: list = field(default_factory=list)  # sends waiting until the outcome is committed
+    own_outputs: list = field(default_factory=list)  # outputs the proxy gave a cell it answered itself
+    answered: bool = False  # its reply went out
+    duplicates: list = field(default_factory=list)  # resent copies waiting for its reply
 
     @classmethod
     def decode(cls, channel: str, wire: Wire) -> Request:

@@ -1,21 +1,28 @@
-"""Run a notebook on the klbr kernel with nbclient and print what ran: `make demo`."""
+"""`make demo`: run a notebook on the klbr kernel with nbclient, then print its cells as the cell log
+recorded them (code, generation, status, outputs) — the same record `klbr-kernel export` recovers."""
 
 from __future__ import annotations
 
+import json
+import os
 import sys
 import tempfile
 from pathlib import Path
 
 import nbformat
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError
+
+from klbr_supervisor.store import Store
+from klbr_supervisor.store.queries import cell, cells, connect
 
 
-def _text(output) -> str:
-    if output.output_type == "stream":
-        return output.text
-    if output.output_type == "error":
-        return f"{output.ename}: {output.evalue}\n"
-    data = output.get("data", {})
+def _text(msg_type: str, content: dict) -> str:
+    if msg_type == "stream":
+        return content.get("text", "")
+    if msg_type == "error":
+        return f"{content.get('ename')}: {content.get('evalue')}\n"
+    data = content.get("data", {})
     if "application/vnd.jupyter.widget-view+json" in data:
         return "[widget]\n"
     for mime in ("text/markdown", "text/plain"):
@@ -25,22 +32,32 @@ def _text(output) -> str:
 
 
 def main(path: str) -> None:
+    notebook = str(Path(path).resolve())
+    os.environ["JPY_SESSION_NAME"] = notebook  # what jupyter_server tells a kernel: its notebook
     nb = nbformat.read(path, as_version=4)
     with tempfile.TemporaryDirectory() as cwd:
-        NotebookClient(nb, kernel_name="klbr", timeout=120, resources={"metadata": {"path": cwd}}).execute()
-    print(f"== {Path(path).name} on klbr: {sum(c.cell_type == 'code' for c in nb.cells)} code cells ran\n")
-    for cell in nb.cells:
-        if cell.cell_type != "code":
-            continue
-        print(f"In [{cell.execution_count}]:")
-        for line in cell.source.splitlines():
+        try:
+            NotebookClient(nb, kernel_name="klbr", timeout=120, resources={"metadata": {"path": cwd}}).execute()
+        except CellExecutionError as e:
+            print(f"nbclient stopped at an unexpected error: {e}", file=sys.stderr)
+    db = Store().path
+    conn = connect(db)
+    session = conn.execute("SELECT max(id) FROM sessions WHERE notebook = ?", (notebook,)).fetchone()[0]
+    rows = cells(conn, session)
+    print(f"\n== {Path(path).name} on klbr: {len(rows)} cells in the cell log ({db}, session {session})\n")
+    for row in rows:
+        where = f"generation {row['generation']}" if row["generation"] else "answered by the supervisor"
+        print(f"In [{row['execution_count']}]  {where}  {row['status']}")
+        for line in row["code"].splitlines():
             print(f"    {line}")
-        for output in cell.outputs:
-            text = _text(output)
+        for out in cell(conn, row["id"])[1]:
+            text = _text(out["msg_type"], json.loads(out["content"]))
             if len(text) > 300:
                 text = text[:300] + f"... ({len(text)} characters)\n"
-            print(f"  {output.output_type}: {text}", end="")
+            body = text.rstrip("\n").replace("\n", "\n      ")
+            print(f"  {out['msg_type']}: {body}")
         print()
+    print(f"Recover it as a notebook: klbr-kernel export {session} -o recovered.ipynb")
 
 
 if __name__ == "__main__":

@@ -285,3 +285,37 @@ def test_prune_deletes_old_ended_sessions_only(tmp_path):
         assert _db(db).execute("SELECT count(*) FROM sessions").fetchone()[0] == 1
         reply, _ = execute(kc, "3")
         assert reply["content"]["status"] == "ok"
+
+
+def test_a_resent_execute_is_answered_from_the_record_not_run_again(tmp_path):
+    import zmq
+    from jupyter_client.session import Session
+
+    db = tmp_path / "log.sqlite3"
+    with kernel_on(db) as (km, kc):
+        execute(kc, "runs = 0")
+        info = km.get_connection_info()
+        sock = zmq.Context.instance().socket(zmq.DEALER)
+        sock.linger = 0
+        sock.connect(f"{info['transport']}://{info['ip']}:{info['shell_port']}")
+        session = Session(key=info["key"], signature_scheme=info["signature_scheme"])
+        try:
+            msg = session.msg("execute_request", {"code": "runs += 1\nruns", "silent": False, "store_history": True,
+                                                  "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})
+            frames = session.serialize(msg)
+            sock.send_multipart(frames)
+            sock.send_multipart(frames)  # byte-identical: a client resending after a reconnect
+            again = dict(msg, header=dict(msg["header"], date="2030-01-01T00:00:00Z"))  # re-signed, same msg_id
+            sock.send_multipart(session.serialize(again))
+            replies = []
+            while len(replies) < 3:
+                assert sock.poll(10_000), f"only {len(replies)} replies"
+                _, body = session.feed_identities(sock.recv_multipart())
+                replies.append(session.deserialize(body))
+        finally:
+            sock.close()
+        assert {r["parent_header"]["msg_id"] for r in replies} == {msg["header"]["msg_id"]}
+        assert len({r["content"]["execution_count"] for r in replies}) == 1
+        _, outputs = execute(kc, "runs")
+        assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["1"]
+    assert [r["code"] for r in _cells(db)].count("runs += 1\nruns") == 1

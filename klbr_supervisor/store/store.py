@@ -157,6 +157,13 @@ class Store(LoggingConfigurable):
             self._reader = connect(self.path)
         return self._reader
 
+    def recorded_reply(self, client_session: str, msg_id: str) -> dict | None:
+        """The reply this session gave an execute with this client session and msg_id, if it has one."""
+        row = self.reader().execute(
+            "SELECT reply FROM cells WHERE msg_id = ? AND client_session = ? AND session_id = ? AND reply IS NOT NULL",
+            (msg_id, client_session, self.session_id)).fetchone()
+        return json.loads(row[0]) if row else None
+
     def history(self, content: dict, notebook: str | None) -> list[tuple]:
         """Answer a history_request's content from the log: this notebook's cells across generations
         and sessions, with integer session numbers (0 or less: relative to this session)."""
@@ -256,9 +263,11 @@ class Store(LoggingConfigurable):
 
         self._submit(update, done)
 
-    def answered(self, cell: CellRecord, *, status: str, count: int | None, error: str, reply: dict) -> None:
-        """A cell answered without running (aborted, refused, a `%klbr` line): one row, at once."""
+    def answered(self, cell: CellRecord, *, status: str, count: int | None, error: str, reply: dict,
+                 outputs: list[tuple[str, dict]] = ()) -> None:
+        """A cell answered without running (aborted, refused, a `%klbr` line): its row and outputs."""
         session_id = self.session_id
+        outputs = [(msg_type, json.dumps(content, default=str)) for msg_type, content in outputs]
 
         def insert(c: sqlite3.Connection) -> None:
             cur = c.execute(
@@ -268,6 +277,8 @@ class Store(LoggingConfigurable):
                  now(), now(), error or None, json.dumps(reply, default=str)),
             )
             cell.id = cur.lastrowid
+            c.executemany("INSERT INTO outputs (cell_id, seq, msg_type, content) VALUES (?, ?, ?, ?)",
+                          [(cell.id, seq, t, text) for seq, (t, text) in enumerate(outputs, 1)])
 
         self._submit(insert)
 
