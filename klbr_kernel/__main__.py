@@ -7,6 +7,10 @@ from .cli import COMMANDS
 if len(sys.argv) > 1 and sys.argv[1] in COMMANDS:
     from .cli import main
 else:
+    # Before any heavy import: the first worker starts now, in parallel with ours.
+    from klbr_supervisor import prelaunch
+
+    prelaunch.start(sys.argv[1:])
     from .app import main
 
 main()

@@ -16,6 +16,7 @@ from jupyter_client.session import Session
 from jupyter_core.application import JupyterApp, base_aliases
 from traitlets import Unicode, default
 
+from klbr_supervisor import prelaunch
 from klbr_supervisor.store import Store
 from klbr_supervisor.supervisor import Supervisor
 
@@ -38,6 +39,8 @@ class KlbrKernelApp(JupyterApp):
         return logging.WARNING
 
     def start(self) -> None:
+        # The level on the logger itself, so per-cell debug calls build no records at all.
+        self.log.setLevel(self.log_level)
         if not self.connection_file:
             self.log.critical("klbr kernel: -f CONNECTION_FILE is required")
             self.exit(2)
@@ -49,6 +52,9 @@ class KlbrKernelApp(JupyterApp):
             username="kernel",
             parent=self,
         )
+        worker = prelaunch.current()
+        if worker is not None:
+            session.session = worker.session_id  # the prelaunched worker already speaks as this session
         asyncio.run(self._serve(info, session))
 
     async def _serve(self, info: dict, session: Session) -> None:

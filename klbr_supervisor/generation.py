@@ -22,7 +22,7 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.session import Session
 
 from .exits import describe_exit
-from .launch import OWN_INTERPRETER, StderrTail, WorkerSpecs, popen_options
+from .launch import OWN_INTERPRETER, PRELAUNCHED, StderrTail, WorkerSpecs, popen_options
 from .reaper import Reaper
 from .sockets import Channel
 from .states import TRANSITIONS, Ending, EndReason, GenerationState
@@ -210,7 +210,7 @@ class Generation:
 
     def _speaks_for_proxy(self) -> bool:
         """Whether the worker is an ipykernel that takes `--Session.session` on its command line."""
-        if self.kernel_name == OWN_INTERPRETER:
+        if self.kernel_name in (OWN_INTERPRETER, PRELAUNCHED):
             return True
         try:
             argv = WorkerSpecs().get_kernel_spec(self.kernel_name).argv
@@ -346,5 +346,8 @@ class Generation:
     def _set_state(self, new: GenerationState, why: str) -> None:
         if new not in TRANSITIONS[self.state]:
             raise RuntimeError(f"generation {self.number}: {self.state.value} -> {new.value} is not allowed")
-        self.log.info("generation %d (pid %s): %s -> %s (%s)", self.number, self.pid, self.state.value, new.value, why)
+        # busy <-> ready happens per cell: at debug level, and without building a record otherwise
+        level = logging.DEBUG if {self.state, new} == {GenerationState.READY, GenerationState.BUSY} else logging.INFO
+        if self.log.isEnabledFor(level):
+            self.log.log(level, "generation %d (pid %s): %s -> %s (%s)", self.number, self.pid, self.state.value, new.value, why)
         self.state = new

@@ -9,8 +9,6 @@ default spec "ipykernel on the proxy's own interpreter".
 from __future__ import annotations
 
 import asyncio
-import ctypes
-import ctypes.util
 import os
 import signal
 import subprocess
@@ -18,39 +16,56 @@ import sys
 from collections import deque
 
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.provisioning import KernelProvisionerBase, LocalProvisioner
+
+from . import prelaunch
+from .prelaunch import die_with_parent
 
 # The name under which `Supervisor.worker_kernel = ""` resolves: ipykernel on sys.executable.
 OWN_INTERPRETER = "klbr-own-python"
-
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-
-
-def die_with_parent(parent_pid: int):
-    """A preexec_fn: the child gets SIGKILL when the process that forked it dies."""
-
-    def preexec() -> None:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
-
+# The same worker, started before the proxy's imports and adopted by `PrelaunchedProvisioner`.
+PRELAUNCHED = "klbr-prelaunched"
 
 class WorkerSpecs(KernelSpecManager):
     """Installed kernelspecs, plus the built-in one for ipykernel on this interpreter."""
 
     def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
-        if kernel_name == OWN_INTERPRETER:
+        if kernel_name in (OWN_INTERPRETER, PRELAUNCHED):
+            metadata = {"debugger": True}
+            if kernel_name == PRELAUNCHED:
+                metadata["kernel_provisioner"] = {"provisioner_name": "klbr-prelaunched"}
             return KernelSpec(
                 argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
                 display_name=f"Python {sys.version_info.major}.{sys.version_info.minor}",
                 language="python",
                 interrupt_mode="signal",
                 resource_dir="",
-                metadata={"debugger": True},
+                metadata=metadata,
             )
         return super().get_kernel_spec(kernel_name)
+
+
+class PrelaunchedProvisioner(LocalProvisioner):
+    """Adopts the worker `prelaunch.start` spawned: its connection file is loaded, never rewritten
+    (the worker may not have read it yet), and its process becomes this provisioner's."""
+
+    async def pre_launch(self, **kwargs):
+        worker = prelaunch.current()
+        if worker is None:
+            raise RuntimeError("no prelaunched worker to adopt")
+        km = self.parent
+        km.load_connection_file(worker.connection_file)
+        self.connection_info = km.get_connection_info()
+        kwargs.pop("extra_arguments", None)
+        return await KernelProvisionerBase.pre_launch(self, cmd=list(worker.process.args), **kwargs)
+
+    async def launch_kernel(self, cmd, **kwargs):
+        worker = prelaunch.take()
+        self.process = worker.process
+        self.pid = worker.process.pid
+        self.pgid = os.getpgid(self.pid)
+        self.cwd = os.getcwd()
+        return self.connection_info
 
 
 class StderrTail:

@@ -18,6 +18,11 @@ log = logging.getLogger(__name__)
 
 # A batch bound, so one flooding socket cannot starve the others on the loop.
 _BATCH = 256
+# Plain ints: pyzmq's flag enums cost more to combine than the sends themselves on this path.
+_NOBLOCK = int(zmq.NOBLOCK)
+_SNDMORE = int(zmq.SNDMORE)
+_POLLIN = int(zmq.POLLIN)
+_EVENTS = int(zmq.EVENTS)
 
 
 class Channel:
@@ -43,8 +48,12 @@ class Channel:
         """Send one multipart message without blocking; False when it was dropped."""
         if self.closed:
             return False
+        send = self.socket.send
         try:
-            self.socket.send_multipart(frames, zmq.NOBLOCK, copy=copy)
+            # A multipart message is queued atomically: if the first part goes, all parts go.
+            for frame in frames[:-1]:
+                send(frame, _NOBLOCK | _SNDMORE, copy=copy)
+            send(frames[-1], _NOBLOCK, copy=copy)
         except zmq.Again:
             log.warning("%s: send queue full, message dropped", self.name)
             return False
@@ -80,11 +89,15 @@ class Channel:
 
     def _drain_batch(self) -> bool:
         """Deliver up to one batch; True when more may be waiting."""
+        sock = self.socket
         for _ in range(_BATCH):
             if self.closed:
                 return False
             try:
-                frames = self.socket.recv_multipart(zmq.NOBLOCK, copy=False)
+                # Ask first: a failed non-blocking recv raises, and exceptions cost more than asking.
+                if not sock.getsockopt(_EVENTS) & _POLLIN:
+                    return False
+                frames = sock.recv_multipart(_NOBLOCK, copy=False)
             except zmq.Again:
                 return False
             except zmq.ZMQError as e:

@@ -8,6 +8,7 @@ Decisions (ladder, deadlines, budget, poison) are the `Policy`'s; this class car
 from __future__ import annotations
 
 import asyncio
+import shutil
 import tempfile
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -17,7 +18,9 @@ from jupyter_client.session import Session
 from traitlets import Bool, Float, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
+from . import prelaunch
 from .generation import Generation
+from .launch import PRELAUNCHED
 from .policy import Deadline, Policy
 from .reaper import Reaper
 from .states import Ending, EndReason
@@ -114,8 +117,14 @@ class Supervisor(LoggingConfigurable):
         self._stopped = asyncio.Event()
         self._tg: asyncio.TaskGroup | None = None
         self._zmq = zmq.Context.instance()
-        self._runtime = tempfile.TemporaryDirectory(prefix="klbr-")
         self._reaper: Reaper | None = None
+        worker = prelaunch.current()
+        if worker is not None and (self.worker_kernel or self.placement != "local"
+                                   or worker.session_id != session.session):
+            worker.discard()  # the configuration (a config file) asks for another first worker
+            worker = None
+        self._first_kernel = PRELAUNCHED if worker is not None else self.worker_kernel
+        self._runtime_dir = worker.runtime_dir if worker is not None else tempfile.mkdtemp(prefix="klbr-")
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -131,15 +140,15 @@ class Supervisor(LoggingConfigurable):
         finally:
             self._reaper.close()
             self.store.close()
-            self._runtime.cleanup()
+            shutil.rmtree(self._runtime_dir, ignore_errors=True)
 
     def _launch(self, *, spare: bool) -> Generation:
         gen = Generation(
             len(self.generations) + 1,
-            kernel_name=self.worker_kernel,
+            kernel_name=self._first_kernel if not self.generations else self.worker_kernel,
             placement=self.placement,
             session=self.session.clone(),
-            runtime_dir=self._runtime.name,
+            runtime_dir=self._runtime_dir,
             zmq_context=self._zmq,
             reaper=self._reaper,
             on_message=self._message,

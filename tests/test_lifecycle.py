@@ -129,3 +129,23 @@ def test_execution_counts_and_history_agree_across_a_loss(kernel):
     assert reply["content"]["execution_count"] == 4
     _, outputs = execute(kc, "print(_, Out[4], In[4], len(In))")
     assert outputs[-2]["content"]["text"] == "30 30 30 6\n"
+
+
+def test_a_config_file_worker_replaces_the_prelaunched_one(tmp_path):
+    """The default worker starts before the proxy reads its config; a config file that names another
+    worker must still get it, and the early one must not linger."""
+    (tmp_path / "jupyter_klbr_config.py").write_text("c.Supervisor.worker_kernel = 'misbehaving-exit'\n")
+    before = {p for p in os.listdir("/proc") if p.isdigit()}
+    with start_kernel(env={"JUPYTER_CONFIG_DIR": str(tmp_path)}) as (km, kc):
+        reply, _ = execute(kc, "misbehave()")  # only the misbehaving worker knows this cell
+        assert reply["content"]["ename"] == "WorkerLost"
+        assert "exited with status 3" in reply["content"]["evalue"]
+    time.sleep(0.5)
+    left = []
+    for pid in {p for p in os.listdir("/proc") if p.isdigit()} - before:
+        try:
+            if b"ipykernel" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                left.append(pid)
+        except OSError:
+            pass
+    assert not [p for p in left if not process_gone(int(p), timeout=2)]

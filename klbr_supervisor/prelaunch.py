@@ -1,0 +1,115 @@
+"""Starting the default worker before the proxy's own imports, and adopting it afterwards.
+
+Importing jupyter_client alone costs 120–300 ms here; the worker (ipykernel) takes longer still to
+start. `start` runs first thing in `python -m klbr_kernel`, with the standard library only: it writes
+the first generation's connection file and spawns ipykernel on this interpreter, so worker and
+proxy start in parallel. The supervisor then adopts that process through jupyter_client, as the
+provisioner `klbr-prelaunched` (registered as a jupyter_client.kernel_provisioners entry point), so
+the generation is managed like any other. A configuration that asks for another worker discards it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import uuid
+from dataclasses import dataclass
+
+_PR_SET_PDEATHSIG = 1
+_libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+
+# Options that choose a different first worker: no prelaunch when they are on the command line.
+_OTHER_WORKER = ("Supervisor.worker_kernel", "Supervisor.placement")
+
+
+def die_with_parent(parent_pid: int):
+    """A preexec_fn: the child gets SIGKILL when the process that forked it dies."""
+
+    def preexec() -> None:
+        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent_pid:  # the parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+@dataclass
+class Prelaunched:
+    process: subprocess.Popen
+    runtime_dir: str
+    connection_file: str
+    session_id: str
+
+    def discard(self) -> None:
+        """Not wanted after all (the configuration asks for another worker): end it, leave nothing."""
+        try:
+            os.killpg(self.process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        self.process.wait()
+        if self.process.stderr:
+            self.process.stderr.close()
+        for name in os.listdir(self.runtime_dir):
+            os.unlink(os.path.join(self.runtime_dir, name))
+        os.rmdir(self.runtime_dir)
+
+
+_started: Prelaunched | None = None
+
+
+def _connection_file_arg(argv: list[str]) -> str | None:
+    for i, arg in enumerate(argv):
+        if arg in ("-f", "--f") and i + 1 < len(argv):
+            return argv[i + 1]
+        if arg.startswith(("-f=", "--f=")):
+            return arg.split("=", 1)[1]
+    return None
+
+
+def start(argv: list[str]) -> None:
+    """Called first by `python -m klbr_kernel -f FILE`: spawn generation 1 if it will be the default."""
+    global _started
+    path = _connection_file_arg(argv)
+    if path is None or any(opt in arg for arg in argv for opt in _OTHER_WORKER) or os.environ.get("KLBR_NO_PRELAUNCH"):
+        return
+    try:
+        with open(path) as f:
+            info = json.load(f)
+    except (OSError, ValueError):
+        return  # the app reports a bad connection file properly
+    runtime = tempfile.mkdtemp(prefix="klbr-")
+    worker = {
+        "transport": "ipc", "ip": os.path.join(runtime, "gen1"),
+        "shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5,
+        "key": info.get("key", ""), "signature_scheme": info.get("signature_scheme", "hmac-sha256"),
+        "kernel_name": "",
+    }
+    conn = os.path.join(runtime, "worker-1.json")
+    with open(os.open(conn, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
+        json.dump(worker, f)
+    session_id = str(uuid.uuid4())
+    process = subprocess.Popen(
+        [sys.executable, "-m", "ipykernel_launcher", "-f", conn, f"--Session.session={session_id}"],
+        stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_parent(os.getpid()),
+    )
+    _started = Prelaunched(process, runtime, conn, session_id)
+
+
+def current() -> Prelaunched | None:
+    """The prelaunched worker, until a generation adopts it."""
+    return _started
+
+
+def take() -> Prelaunched:
+    """Hand the prelaunched worker over (once) to the generation that adopts it."""
+    global _started
+    if _started is None:
+        raise RuntimeError("no prelaunched worker to adopt")
+    taken, _started = _started, None
+    return taken
