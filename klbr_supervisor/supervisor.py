@@ -77,6 +77,7 @@ class Supervisor(LoggingConfigurable):
         None, allow_none=True, config=True,
         help="Keep one warm spare generation to take over at once (default: on for local placements).",
     )
+    standby_delay = Float(1.0, config=True, help="Seconds after a generation is ready before its spare starts.")
     restart_limit = Int(5, config=True, help="Automatic new generations allowed per restart_window.")
     restart_window = Float(300.0, config=True, help="Seconds over which restart_limit counts.")
     poison_after = Int(
@@ -178,7 +179,9 @@ class Supervisor(LoggingConfigurable):
         elif gen is self.current:
             self._record_start(gen)
             self.listener.generation_ready(gen)
-            self._ensure_spare()
+            # Warm the spare a moment later: started at once, its imports compete for the CPU with
+            # the first cells, which the user is waiting for (start -> first cell, issue F).
+            asyncio.get_running_loop().call_later(self.standby_delay, self._ensure_spare)
         # A spare stays ready, unused, until `_takeover`.
 
     def _ensure_spare(self) -> None:
