@@ -45,7 +45,7 @@ def kernel(name: str, env: dict | None = None):
     kc = km.client()
     kc.start_channels()
     kc.wait_for_ready(timeout=60)
-    time.sleep(2)  # settle: klbr's warm standby starts right after the first generation
+    time.sleep(4)  # settle: klbr warms its standby a second after the first generation is ready
     try:
         yield km, kc
     finally:

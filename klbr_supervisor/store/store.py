@@ -94,6 +94,11 @@ class Store(LoggingConfigurable):
         self._reader: sqlite3.Connection | None = None
         self._inode: tuple[int, int] | None = None
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        # The connection is the writer thread's, except when it has nothing to do: then the loop
+        # commits a cell's start or outcome itself (no thread handoff on the request path).
+        self._lock = threading.Lock()
+        self._submitted = 0  # items queued (loop thread only)
+        self._committed = 0  # items applied (writer thread only)
         self._thread: threading.Thread | None = None
         self._loop: asyncio.AbstractEventLoop | None = None
         self._event_seq = 0
@@ -224,7 +229,8 @@ class Store(LoggingConfigurable):
                 self.event("store_resumed", {})
             done(error)
 
-        self._submit(insert, committed, resuming=True)
+        if not self._direct(insert, committed):
+            self._submit(insert, committed, resuming=True)
 
     def output(self, cell: CellRecord, msg_type: str, content: bytes) -> None:
         """Queue one iopub output of `cell` (its content JSON as sent); bounded per cell."""
@@ -261,7 +267,8 @@ class Store(LoggingConfigurable):
                 (status, now(), error, reply_text, count, generation, cell.output_bytes, int(cell.truncated), cell.id),
             )
 
-        self._submit(update, done)
+        if not self._direct(update, done):
+            self._submit(update, done)
 
     def answered(self, cell: CellRecord, *, status: str, count: int | None, error: str, reply: dict,
                  outputs: list[tuple[str, dict]] = ()) -> None:
@@ -306,6 +313,37 @@ class Store(LoggingConfigurable):
 
     # -- the writer --------------------------------------------------------------------------------
 
+    def _direct(self, apply: Callable[[sqlite3.Connection], None], done: Done) -> bool:
+        """Commit `apply` now, on the caller's thread, if that keeps the order of writes: nothing is
+        queued or being written, and no other kernel holds the file's write lock. False: queue it."""
+        if self._thread is None or self._submitted != self._committed or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._submitted != self._committed:  # the writer took an item meanwhile
+                return False
+            conn = self._conn
+            conn.execute("PRAGMA busy_timeout = 0")  # never block the loop on another kernel
+            try:
+                conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:
+                return False  # busy: the writer thread waits for the lock instead
+            finally:
+                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
+            failure = None
+            try:
+                apply(conn)
+                conn.execute("COMMIT")
+            except (sqlite3.Error, OSError) as e:
+                try:
+                    conn.execute("ROLLBACK")
+                except sqlite3.Error:
+                    pass
+                failure = StoreError(self.path, e)
+        finally:
+            self._lock.release()
+        self._report(failure, [done])
+        return True
+
     def _submit(self, apply: Callable[[sqlite3.Connection], None], done: Done | None = None, *,
                 resuming: bool = False) -> None:
         if self._thread is None:
@@ -316,6 +354,7 @@ class Store(LoggingConfigurable):
             if done is not None:
                 done(self.paused)
             return
+        self._submitted += 1
         self._queue.put((apply, done))
 
     def _write_loop(self) -> None:
@@ -336,7 +375,9 @@ class Store(LoggingConfigurable):
                     stop = True
                     break
                 batch.append(item)
-            failure = self._apply(conn, batch)
+            with self._lock:
+                failure = self._apply(conn, batch)
+                self._committed += len(batch)
             dones = [done for _, done in batch if done is not None]
             if failure is not None or dones:
                 try:
