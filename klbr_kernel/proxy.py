@@ -138,6 +138,8 @@ class Proxy:
 
     def _read_magics(self, req: Request) -> None:
         code = req.code
+        if "%klbr" not in code:
+            return  # the common case, without splitting the cell into lines
         try:
             req.magics = line_magics(code)
             if req.magics is None:

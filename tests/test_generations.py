@@ -248,3 +248,31 @@ def test_widgets_and_debug_sessions_of_a_lost_generation_are_closed():
             terminated |= m["msg_type"] == "debug_event" and m["content"].get("event") == "terminated"
         assert comm_ids and closed >= comm_ids
         assert terminated
+
+
+def test_a_frontend_restart_replaces_the_kernel_and_its_workers():
+    """shutdown_request(restart=True), as jupyter_client's restart_kernel sends it: the proxy exits
+    promptly with its workers, and the manager starts a fresh kernel."""
+    with start_kernel() as (km, kc):
+        old_worker = worker_pid(kc)
+        old_proxy = km.provisioner.process.pid
+        start = time.monotonic()
+        km.restart_kernel()
+        assert time.monotonic() - start < 10
+        kc.wait_for_ready(timeout=60)
+        assert process_gone(old_worker) and process_gone(old_proxy)
+        reply, _ = execute(kc, "1 + 1")
+        assert reply["content"]["status"] == "ok"
+
+
+def test_sigint_to_the_proxy_interrupts_like_interrupt_request():
+    with start_kernel() as (km, kc):
+        execute(kc, "kept = 5")
+        msg_id = kc.execute("import time\ntime.sleep(60)")
+        while kc.get_iopub_msg(timeout=10)["msg_type"] != "execute_input":
+            pass
+        os.kill(km.provisioner.process.pid, signal.SIGINT)
+        reply, _ = collect(kc, msg_id, timeout=10)
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+        _, outputs = execute(kc, "kept")
+        assert _result(outputs) == ["5"]
