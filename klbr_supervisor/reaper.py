@@ -6,12 +6,15 @@ end of a pipe whose write end lives only in the proxy: when the proxy dies, howe
 read sees EOF and the reaper SIGKILLs the groups it was told about. Started by `Reaper.start` in its own
 session (so a killpg of the proxy's group cannot take it down first); stdlib only, for a fast start.
 
-Protocol on stdin, one line each: ``+PGID`` (watch) or ``-PGID`` (forget).
+Protocol on stdin, one line each: ``+PGID`` (watch) or ``-PGID`` (forget). The one argument is the
+proxy's runtime directory (connection files, ipc sockets): removed too, so even a SIGKILLed proxy
+leaves nothing in the temp directory.
 """
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -35,6 +38,8 @@ def main() -> None:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
             pass
+    if len(sys.argv) > 1:
+        shutil.rmtree(sys.argv[1], ignore_errors=True)
 
 
 class Reaper:
@@ -44,9 +49,9 @@ class Reaper:
         self._process = process
 
     @classmethod
-    def start(cls) -> Reaper:
+    def start(cls, runtime_dir: str) -> Reaper:
         process = subprocess.Popen(
-            [sys.executable, "-m", "klbr_supervisor.reaper"],
+            [sys.executable, "-m", "klbr_supervisor.reaper", runtime_dir],
             stdin=subprocess.PIPE,
             start_new_session=True,
             close_fds=True,

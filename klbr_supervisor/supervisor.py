@@ -131,7 +131,7 @@ class Supervisor(LoggingConfigurable):
 
     async def run(self) -> None:
         """Start the first generation and serve until `shutdown` has ended them all."""
-        self._reaper = Reaper.start()
+        self._reaper = Reaper.start(self._runtime_dir)
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tg = tg

@@ -98,6 +98,7 @@ def test_sigterm_to_the_proxy_ends_its_workers():
 
 
 def test_workers_die_with_a_sigkilled_proxy_even_hung_in_c():
+    before = set(os.listdir(tempfile.gettempdir()))
     with start_kernel() as (km, kc):
         pid = worker_pid(kc)
         _, outputs = execute(kc, "import subprocess\nchild = subprocess.Popen(['sleep', '600'])\nchild.pid")
@@ -112,6 +113,9 @@ def test_workers_die_with_a_sigkilled_proxy_even_hung_in_c():
             proxy.wait(timeout=5)
             assert process_gone(pid, timeout=5), "worker outlived its proxy"
             assert process_gone(grandchild, timeout=5), "the worker's child outlived the proxy"
+            time.sleep(0.3)
+            left = {n for n in set(os.listdir(tempfile.gettempdir())) - before if n.startswith(("klbr-", "ipykernel_"))}
+            assert not left, f"the dead proxy's runtime files were left: {left}"
         finally:
             kill_quietly(pid)
             kill_quietly(grandchild)
