@@ -121,6 +121,12 @@ class Generation:
             self._stderr = StderrTail(process.stderr)
         self._pidfd = os.pidfd_open(self.pid)
         self._loop.add_reader(self._pidfd, self._process_exited)
+        if self._end_reason is not None:
+            # `stop` came while the launch was under way (a shutdown during start): it waits for
+            # the exit, so make it happen.
+            self._killpg(signal.SIGKILL)
+            await self._ended
+            return False
         self._connect()
         self._probe()
         try:
@@ -131,7 +137,7 @@ class Generation:
             await self.stop(EndReason.START_FAILED)
             return False
         if not self._ready.done() or self.state is not GenerationState.STARTING:
-            return False  # it died, or is being stopped (shutdown while it started)
+            return False  # it died, or `stop` is ending it (a shutdown while it started)
         self._set_state(GenerationState.READY, "answered kernel_info")
         self.state_was_ready = True
         return True

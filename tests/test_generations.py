@@ -78,6 +78,7 @@ def test_output_sent_before_the_death_is_delivered_first():
 
 def test_an_ignored_interrupt_ends_in_WorkerKilled_within_the_grace():
     with misbehaving("ignore-sigint", "--Supervisor.interrupt_grace=1") as (km, kc):
+        pid = worker_pid(kc)
         execute(kc, "kept = 1")
         msg_id = kc.execute("misbehave()")
         while kc.get_iopub_msg(timeout=10)["msg_type"] != "execute_input":

@@ -153,3 +153,16 @@ def test_a_config_file_worker_replaces_the_prelaunched_one(tmp_path):
         except OSError:
             pass
     assert not [p for p in left if not process_gone(int(p), timeout=2)]
+
+
+def test_shutdown_while_a_new_generation_is_starting_still_replies_at_once():
+    with start_kernel() as (km, kc):
+        reply, _ = execute(kc, "import os; os.kill(os.getpid(), 9)")
+        assert reply["content"]["ename"] == "WorkerLost"  # its replacement is starting now
+        proxy = km.provisioner.process
+        start = time.monotonic()
+        kc.shutdown()
+        reply = kc.control_channel.get_msg(timeout=5)
+        assert reply["msg_type"] == "shutdown_reply"
+        assert time.monotonic() - start < 3
+        assert proxy.wait(timeout=5) == 0

@@ -120,18 +120,21 @@ def test_export_validates_and_shows_the_recorded_outputs(tmp_path):
         execute(kc, "print('kept output')")
         execute(kc, "h = display('v1', display_id=True); h.update('v2')")
         execute(kc, "raise ValueError('recorded error')")
-        execute(kc, "import os; os.kill(os.getpid(), 9)", stop_on_error=False)
+        ids = [kc.execute(code) for code in ("import os; os.kill(os.getpid(), 9)", "'never runs'")]
+        for _ in ids:
+            kc.get_shell_msg(timeout=30)
     session = _db(db).execute("SELECT max(id) FROM sessions").fetchone()[0]
     out = tmp_path / "recovered.ipynb"
-    assert "Wrote 4 cells" in _cli("export", str(session), "-o", str(out), db=db)
+    assert "Wrote 5 cells" in _cli("export", str(session), "-o", str(out), db=db)
     nb = nbformat.read(out, as_version=4)
     nbformat.validate(nb)
     assert nb.cells[0].outputs[0].text == "kept output\n"
     assert nb.cells[1].outputs[0].data["text/plain"] == "'v2'"
     assert nb.cells[2].outputs[-1].ename == "ValueError"
-    assert [c.metadata.klbr.status for c in nb.cells] == ["ok", "ok", "error", "lost"]
+    assert [c.metadata.klbr.status for c in nb.cells] == ["ok", "ok", "error", "lost", "aborted"]
+    assert nb.cells[3].outputs[-1].ename == "WorkerLost"
     listing = _cli("sessions", db=db)
-    assert f"{session} " in listing and "lost" in listing
+    assert f"{session} " in listing and "ended" in listing and "aborted" in listing
     assert "ValueError" in _cli("cells", str(session), db=db)
     assert "kept output" in _cli("show", str(_cells(db, session)[0]["id"]), db=db)
 
