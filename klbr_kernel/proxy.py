@@ -338,6 +338,9 @@ class Proxy:
                     text += await magic_output(magic, self.supervisor)
             except MagicError as e:
                 error = CellError("UsageError", str(e))
+            except Exception as e:  # a bug here must cost this cell, not the kernel
+                log.exception("%klbr cell failed")
+                error = CellError("UsageError", f"%klbr failed: {type(e).__name__}: {e}")
         self._answer_here(req, error=error, stdout=text)
 
     # -- from the supervisor (WorkerListener) ------------------------------------------------------

@@ -80,6 +80,7 @@ class Generation:
         self._probe_replied = False
         self._iopub_seen = False
         self._end_reason: EndReason | None = None
+        self._drain_task: asyncio.Task | None = None
         self.next_count = 1  # the execution count the worker will give its next counted cell
         self.state_was_ready = False  # it served (as opposed to failing to start)
 
@@ -300,7 +301,8 @@ class Generation:
         self._exited.set_result(returncode)
         if self.state in (GenerationState.READY, GenerationState.BUSY):
             self._set_state(GenerationState.ENDING, describe_exit(returncode))
-        self._loop.create_task(self._drain_then_finish(returncode))
+        # Held: the loop keeps only weak references to tasks.
+        self._drain_task = self._loop.create_task(self._drain_then_finish(returncode))
 
     async def _drain_then_finish(self, returncode: int) -> None:
         # What the worker sent before it died may still be in ZMQ's I/O thread: a short settle, then
