@@ -55,3 +55,22 @@ def test_a_late_subscriber_gets_the_proxys_own_welcome_only(kernel):
         assert welcomes == 0, "no worker iopub_welcome reaches the frontend"
     finally:
         sock.close()
+
+
+def test_the_kernel_serves_over_ipc_too(tmp_path):
+    from jupyter_client.manager import KernelManager
+
+    from conftest import execute
+
+    km = KernelManager(kernel_name="klbr", transport="ipc", ip=str(tmp_path / "klbr-ipc"))
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        reply, outputs = execute(kc, "print('over ipc')")
+        assert reply["content"]["status"] == "ok"
+        assert [m["content"]["text"] for m in outputs if m["msg_type"] == "stream"] == ["over ipc\n"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel()
