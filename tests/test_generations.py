@@ -89,8 +89,10 @@ def test_an_ignored_interrupt_ends_in_WorkerKilled_within_the_grace():
         elapsed = time.monotonic() - start
         assert reply["content"]["ename"] == "WorkerKilled"
         assert elapsed < 1 + 1.0, f"WorkerKilled after {elapsed:.2f}s"
+        assert process_gone(pid)
         reply, _ = execute(kc, "kept")
         assert reply["content"]["ename"] == "NameError"
+        assert reply["content"]["execution_count"] == 4  # the count kept rising across the kill
 
 
 def test_a_worker_hung_in_c_with_signals_blocked_is_killed():
@@ -239,7 +241,7 @@ def test_widgets_and_debug_sessions_of_a_lost_generation_are_closed():
                                                "arguments": {"clientID": "t", "adapterID": "python"}})
         kc.control_channel.send(msg)
         kc.control_channel.get_msg(timeout=20)
-        msg_id = kc.execute("import os; os.kill(os.getpid(), 9)")
+        kc.execute("import os; os.kill(os.getpid(), 9)")
         closed, terminated = set(), False
         deadline = time.monotonic() + 20
         while time.monotonic() < deadline and not (closed >= comm_ids and terminated):

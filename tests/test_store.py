@@ -14,9 +14,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
-import pytest
 
-from conftest import collect, execute, start_kernel, worker_pid
+from conftest import collect, execute, start_kernel
 
 
 def _db(path) -> sqlite3.Connection:
@@ -77,7 +76,7 @@ def test_a_cell_running_when_the_proxy_is_sigkilled_reads_unknown(tmp_path):
     db = tmp_path / "log.sqlite3"
     with kernel_on(db) as (km, kc):
         execute(kc, "before = 1")
-        msg_id = kc.execute("import time\ntime.sleep(600)")
+        kc.execute("import time\ntime.sleep(600)")
         while kc.get_iopub_msg(timeout=10)["msg_type"] != "execute_input":
             pass
         os.kill(km.provisioner.process.pid, signal.SIGKILL)
