@@ -27,7 +27,7 @@ from .magics import MagicError, cell_timeout, line_magics
 from .outcomes import (CellError, crash_loop_error, ending_error, poisoned_error, session_paused_error,
                        timeout_error, unrecorded_notice)
 from .queue import ShellQueue
-from .requests import OWN, QUEUED, SUBSHELL, Request
+from .requests import OWN, QUEUED, SUBSHELL, Request, content_problem
 from .status import magic_output
 
 log = logging.getLogger(__name__)
@@ -102,6 +102,11 @@ class Proxy:
             error = CellError("SubshellsNotSupported", "klbr does not offer kernel subshells")
             self._own_reply(req, {"status": "error", **error.content()})
         elif channel == "shell" and msg_type in QUEUED:
+            problem = content_problem(msg_type, req.content)
+            if problem is not None:
+                log.warning("shell: %s", problem)
+                self._answer_invalid(req, problem)
+                return
             if msg_type == "execute_request":
                 if self._answer_duplicate(req):
                     return

@@ -33,6 +33,39 @@ OWN = frozenset({"kernel_info_request", "shutdown_request", "interrupt_request"}
 SUBSHELL = frozenset({"create_subshell_request", "list_subshell_request", "delete_subshell_request"})
 
 
+# Content fields the worker needs, with their types, for the requests the proxy queues. A request the
+# worker would choke on (ipykernel logs the exception and never replies) is answered InvalidMessage.
+_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "execute_request": {"code": str, "silent": bool, "store_history": bool, "user_expressions": dict,
+                        "allow_stdin": bool, "stop_on_error": bool},
+    "complete_request": {"code": str, "cursor_pos": int},
+    "inspect_request": {"code": str, "cursor_pos": int, "detail_level": int},
+    "is_complete_request": {"code": str},
+    "history_request": {"output": bool, "raw": bool, "hist_access_type": str, "n": int,
+                        "pattern": str, "unique": bool, "session": int, "start": int, "stop": int},
+    "comm_info_request": {"target_name": str},
+}
+# ipykernel iterates these when present: null would end in an exception and no reply.
+_NOT_NULL = frozenset({"user_expressions"})
+_REQUIRED = {"execute_request": ("code",), "complete_request": ("code", "cursor_pos"),
+             "inspect_request": ("code", "cursor_pos"), "is_complete_request": ("code",)}
+
+
+def content_problem(msg_type: str, content: dict) -> str | None:
+    """Why a queued request's content cannot be served, or None when it can."""
+    for name in _REQUIRED.get(msg_type, ()):
+        if name not in content:
+            return f"{msg_type} needs '{name}'"
+    required = _REQUIRED.get(msg_type, ())
+    for name, kind in _FIELDS.get(msg_type, {}).items():
+        value = content.get(name)
+        if name not in content or (value is None and name not in required and name not in _NOT_NULL):
+            continue  # absent (or null where ipykernel treats null as absent): the default applies
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+            return f"{msg_type}: '{name}' has the wrong type ({type(value).__name__})"
+    return None
+
+
 @dataclass(eq=False)
 class Request:
     """One message from the frontend, from arrival to its last reply and idle."""

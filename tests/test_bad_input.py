@@ -84,3 +84,19 @@ def test_subshell_requests_get_error_replies(kernel):
     assert "kernel subshells" not in info["supported_features"]
     assert info["implementation"] == "klbr"
     assert json.dumps(info["language_info"])
+
+
+def test_requests_a_worker_would_choke_on_get_a_named_error(kernel):
+    """ipykernel logs an exception and never replies to an execute whose code is not a string."""
+    km, kc = kernel
+    for msg_type, content in [("execute_request", {"code": 123}), ("complete_request", {"code": "pri"}),
+                              ("inspect_request", {"code": "x", "cursor_pos": "end"}),
+                              ("execute_request", {"code": "1", "silent": "no"}),
+                              ("execute_request", {"code": "1", "user_expressions": None})]:
+        msg = kc.session.msg(msg_type, content)
+        kc.shell_channel.send(msg)
+        reply = kc.get_shell_msg(timeout=10)
+        assert reply["parent_header"]["msg_id"] == msg["header"]["msg_id"]
+        assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "InvalidMessage"
+    reply, _ = execute(kc, "1 + 1")
+    assert reply["content"]["status"] == "ok"
