@@ -55,8 +55,10 @@ class CellLog:
         if req.record is not None:
             self.store.output(req.record, msg_type, content.bytes if hasattr(content, "bytes") else bytes(content))
 
-    def finish(self, req: Request, content: dict, generation: int | None, done: Callable[[StoreError | None], None]) -> None:
+    def finish(self, req: Request, content: dict, done: Callable[[StoreError | None], None]) -> None:
+        """The outcome of a recorded cell, `content` being the reply the frontend gets."""
         error = f"{content.get('ename')}: {content.get('evalue')}" if content.get("status") == "error" else None
+        generation = req.generation.number if req.generation else None
         self.store.cell_finished(req.record, status=cell_status(content), count=content.get("execution_count"),
                                  error=error, reply=content, generation=generation, done=done)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from datetime import datetime, timezone
 
 from jupyter_client.session import Session
 
@@ -27,6 +26,7 @@ from .magics import MagicError, cell_timeout, line_magics
 from .outcomes import (CellError, crash_loop_error, ending_error, poisoned_error, session_paused_error,
                        timeout_error, unrecorded_notice)
 from .queue import ShellQueue
+from .replies import Replies
 from .requests import OWN, QUEUED, SUBSHELL, Request, content_problem
 from .status import magic_output
 
@@ -45,6 +45,7 @@ class Proxy:
         self.supervisor = Supervisor(self, session=session, parent=parent, notebook=notebook,
                                      kernel_name=info.get("kernel_name") or None)
         self.cell_log = CellLog(self.supervisor.store)
+        self.replies = Replies(self.frontend, session, self.supervisor.store)
         self.queue = ShellQueue()
         self._told_unrecorded = False
         self.generation: Generation | None = None
@@ -54,8 +55,6 @@ class Proxy:
         self._held: list[Request] = []
         self._last_execute: Request | None = None
         self._open_comms: set[str] = set()
-        self._executes: dict[tuple[str, str], Request] = {}  # by (client session, msg_id): no result twice
-        self._forgot_executes = False
         self._debugging = False
         self._notice: str | None = None
         self._stopping = False
@@ -91,55 +90,30 @@ class Proxy:
             req = Request.decode(channel, wire)
         except (ValueError, UnicodeDecodeError) as e:
             log.warning("%s: %s with undecodable content: %s", channel, wire.msg_type, e)
-            self._answer_invalid(Request(channel, wire), f"content is not a JSON object: {e}")
+            self.replies.invalid(Request(channel, wire), f"content is not a JSON object: {e}")
             return
         msg_type = req.msg_type
         if self._stopping:
-            self._own_reply(req, {"status": "aborted"} if msg_type.endswith("_request") else None)
+            self.replies.own(req, {"status": "aborted"} if msg_type.endswith("_request") else None)
         elif msg_type in OWN:
             self._own(req)
         elif msg_type in SUBSHELL:
             error = CellError("SubshellsNotSupported", "klbr does not offer kernel subshells")
-            self._own_reply(req, {"status": "error", **error.content()})
+            self.replies.own(req, {"status": "error", **error.content()})
         elif channel == "shell" and msg_type in QUEUED:
             problem = content_problem(msg_type, req.content)
             if problem is not None:
                 log.warning("shell: %s", problem)
-                self._answer_invalid(req, problem)
+                self.replies.invalid(req, problem)
                 return
             if msg_type == "execute_request":
-                if self._answer_duplicate(req):
+                if self.replies.duplicate(req):
                     return
                 self._read_magics(req)
             self.queue.push(req)
             self._pump()
         else:
             self._forward_now(req)
-
-    def _answer_duplicate(self, req: Request) -> bool:
-        """An execute this session already took (same client session and msg_id) is not run again:
-        its reply is sent once more, from the record, or when the original finishes. No second
-        busy/idle: the frontend already has one pair for that msg_id (semantics 1, 9)."""
-        key = (req.header.get("session", ""), req.msg_id)
-        original = self._executes.get(key)
-        if original is None:
-            # Only once older executes were let go of does a new one cost a look in the store.
-            forgotten = self._forgot_executes and self.cell_log.recording
-            reply = self.supervisor.store.recorded_reply(*key) if forgotten else None
-            if reply is None:
-                self._executes[key] = req
-                if len(self._executes) > 10_000:
-                    self._executes.pop(next(iter(self._executes)))
-                    self._forgot_executes = True
-                return False
-            self._reply(req, reply)
-            return True
-        log.info("execute %s received again: answered from the record, not re-run", req.msg_id)
-        if original.answered:
-            self._reply(req, original.reply_content)
-        else:
-            original.duplicates.append(req)
-        return True
 
     def _read_magics(self, req: Request) -> None:
         code = req.code
@@ -158,7 +132,7 @@ class Proxy:
         if req.msg_type == "kernel_info_request":
             gen = self.generation
             info = gen.kernel_info if gen else None
-            self._own_reply(req, kernel_info_content(info, gen.number if gen else None, self.supervisor.placement))
+            self.replies.own(req, kernel_info_content(info, gen.number if gen else None, self.supervisor.placement))
         elif req.msg_type == "interrupt_request":
             self._tg.create_task(self._interrupt(req))
         elif req.msg_type == "shutdown_request":
@@ -179,9 +153,7 @@ class Proxy:
         pending = ([self.queue.inflight] if self.queue.inflight else []) + self.queue.clear() + self._held
         self.queue.inflight = None
         for r in pending:
-            if r.record is None:
-                self.cell_log.answered(r, {"status": "aborted"})
-            self._own_reply(r, {"status": "aborted"} if r.msg_type in QUEUED else None, busy=not r.busy_seen)
+            self._abort(r, busy=not r.busy_seen)
         self._held.clear()
         if req is not None:
             content = {"status": "ok", "restart": bool(req.content.get("restart", False))}
@@ -260,7 +232,7 @@ class Proxy:
             log.warning("history from the cell log failed: %s", e)
             content = {"status": "error", "ename": type(e).__name__, "evalue": str(e), "traceback": [], "history": []}
         req.reply_content = content
-        self._own_reply(req, content)
+        self.replies.own(req, content)
         self._complete(req)
 
     def _refusal(self, req: Request) -> CellError | None:
@@ -312,9 +284,14 @@ class Proxy:
         if req is self.queue.inflight:
             status = (req.reply_content or {}).get("status", "ok")
             for aborted in self.queue.finish(req, status):
-                self.cell_log.answered(aborted, {"status": "aborted"})
-                self._own_reply(aborted, {"status": "aborted"})
+                self._abort(aborted)
         asyncio.get_running_loop().call_soon(self._pump)
+
+    def _abort(self, req: Request, *, busy: bool = True) -> None:
+        """Answer `req` aborted, unrun (queued behind an error, or at shutdown), and record it so."""
+        if req.record is None:
+            self.cell_log.answered(req, {"status": "aborted"})
+        self.replies.own(req, {"status": "aborted"} if req.msg_type in QUEUED else None, busy=busy)
 
     def _release(self, req: Request) -> None:
         """The outcome is committed: now the frontend may see the reply and idle that were held."""
@@ -383,22 +360,15 @@ class Proxy:
             content = {"status": "error", **error.content(), "execution_count": count}
             req.reply_content = content
             self._publish_output(req, "error", error.content())
-            self._send_or_hold(req, lambda: self._reply(req, content))
+            self._send_or_hold(req, lambda: self.replies.reply(req, content))
             return
         req.reply_content = wire.content
 
         def forward() -> None:
-            self._replied(req)
+            self.replies.replied(req)
             self.frontend.forward(req.channel, req.idents, wire.frames())
 
         self._send_or_hold(req, forward)
-
-    def _replied(self, req: Request) -> None:
-        """`req`'s reply goes out now: resent copies of it that waited get the same reply."""
-        req.answered = True
-        waiting, req.duplicates = req.duplicates, []
-        for dup in waiting:
-            self._reply(dup, req.reply_content or {"status": "aborted"})
 
     def _send_or_hold(self, req: Request, send) -> None:
         if req.record is not None:
@@ -448,8 +418,7 @@ class Proxy:
             if req.msg_type == "execute_request":
                 self.supervisor.cell_finished(req.msg_id)
             if req.record is not None:
-                number = req.generation.number if req.generation else None
-                self.cell_log.finish(req, req.reply_content or {}, number, lambda error, r=req: self._release(r))
+                self.cell_log.finish(req, req.reply_content or {}, lambda error, r=req: self._release(r))
             else:
                 self._complete(req)
 
@@ -469,8 +438,8 @@ class Proxy:
         if ending.reason is EndReason.SHUTDOWN:
             for req in waiting.values():
                 if req.record is not None:  # ended by the shutdown: say so in the log, not 'running'
-                    self.cell_log.finish(req, {"status": "aborted"}, generation.number, lambda error: None)
-                self._own_reply(req, {"status": "aborted"} if req.msg_type in QUEUED else None, busy=not req.busy_seen)
+                    self.cell_log.finish(req, {"status": "aborted"}, lambda error: None)
+                self.replies.own(req, {"status": "aborted"} if req.msg_type in QUEUED else None, busy=not req.busy_seen)
             if inflight is not None and inflight.generation is generation:
                 self.queue.inflight = None
             return
@@ -482,7 +451,7 @@ class Proxy:
             content = None
             if req.msg_type in _CONTROL_REPLIES:
                 content = {"status": "error", **self._ending_error(ending, generation, req).content()}
-            self._own_reply(req, content, busy=not req.busy_seen)
+            self.replies.own(req, content, busy=not req.busy_seen)
         for comm_id in sorted(self._open_comms):
             # Its widgets lived in the dead worker: tell the frontend they are gone.
             self.frontend.send_iopub("comm_close", {"comm_id": comm_id, "data": {}}, parent)
@@ -515,7 +484,7 @@ class Proxy:
         self._answer_here(req, error=self._ending_error(ending, generation, req), busy=not req.busy_seen)
 
     def _ending_error(self, ending: Ending, generation: Generation, req: Request) -> CellError:
-        if ending.reason in (EndReason.DEADLINE,) and req.msg_type == "execute_request":
+        if ending.reason is EndReason.DEADLINE and req.msg_type == "execute_request":
             return timeout_error(req.count or self.supervisor.last_count + 1,
                                  self.supervisor.policy.timeout_for(req.timeout), killed=True,
                                  generation=generation.number, pid=generation.pid, how=ending.how)
@@ -533,7 +502,7 @@ class Proxy:
         if req.msg_type != "execute_request":
             content = {"status": "error", **error.content()} if error else {"status": "ok"}
             req.reply_content = content
-            self._own_reply(req, content, busy=busy)
+            self.replies.own(req, content, busy=busy)
             self._complete(req)
             return
         if busy:
@@ -555,35 +524,9 @@ class Proxy:
         else:
             content = {"status": "ok", "execution_count": count, "user_expressions": {}, "payload": []}
         req.reply_content = content
-        req.held += [lambda: self._reply(req, content), lambda: self.frontend.status("idle", req.header)]
+        req.held += [lambda: self.replies.reply(req, content), lambda: self.frontend.status("idle", req.header)]
         if req.record is not None:
-            number = req.generation.number if req.generation else None
-            self.cell_log.finish(req, content, number, lambda error, r=req: self._release(r))
+            self.cell_log.finish(req, content, lambda error, r=req: self._release(r))
         else:
             self.cell_log.answered(req, content, req.own_outputs)
             self._release(req)
-
-    def _reply(self, req: Request, content: dict) -> None:
-        self._replied(req)
-        reply_type = req.msg_type.rsplit("_", 1)[0] + "_reply"
-        metadata = {
-            "started": datetime.now(timezone.utc).isoformat(),
-            "dependencies_met": True,
-            "engine": self.session.session,
-            "status": content.get("status"),
-        }
-        self.frontend.reply(req.channel, req.idents, reply_type, content, req.header, metadata)
-
-    def _own_reply(self, req: Request, content: dict | None, *, busy: bool = True) -> None:
-        """busy (unless the worker already said it), the reply if there is one, idle."""
-        if busy:
-            self.frontend.status("busy", req.header)
-        if content is not None:
-            self._reply(req, content)
-        self.frontend.status("idle", req.header)
-
-    def _answer_invalid(self, req: Request, why: str) -> None:
-        content = None
-        if req.msg_type.endswith("_request"):
-            content = {"status": "error", "ename": "InvalidMessage", "evalue": why, "traceback": []}
-        self._own_reply(req, content)

@@ -346,8 +346,10 @@ class Supervisor(LoggingConfigurable):
         await self._kill_unless_finished(cell, EndReason.DEADLINE)
 
     async def _kill_unless_finished(self, cell: RunningCell, reason: EndReason) -> None:
+        """The ladder's second step: called right after the interrupt went out."""
+        clock = self.policy.clock
         try:
-            async with asyncio.timeout(self.policy.interrupt_grace):
+            async with asyncio.timeout(self.policy.kill_at(clock()) - clock()):
                 await cell.finished.wait()
         except TimeoutError:
             if cell.generation.ending is None:

@@ -73,7 +73,32 @@ def prune(conn: sqlite3.Connection, older_than_days: float) -> int:
     return len(ids)
 
 
+def recorded_reply(conn: sqlite3.Connection, session_id: int, client_session: str, msg_id: str) -> dict | None:
+    """The execute_reply a session gave (client session, msg_id), if it recorded one."""
+    row = conn.execute(
+        "SELECT reply FROM cells WHERE msg_id = ? AND client_session = ? AND session_id = ? AND reply IS NOT NULL",
+        (msg_id, client_session, session_id)).fetchone()
+    return json.loads(row[0]) if row else None
+
+
 # -- history (history_request, %klbr history) -------------------------------------------------------
+
+def history(conn: sqlite3.Connection, content: dict, session_id: int, notebook: str | None) -> list[tuple]:
+    """A history_request's answer: this notebook's cells across generations and sessions, with
+    integer session numbers (0 or less: relative to this session, as IPython counts them)."""
+    output = bool(content.get("output", False))
+    kind = content.get("hist_access_type", "tail")
+    ids = history_sessions(conn, session_id, notebook)
+    if kind == "range":
+        session = int(content.get("session") or 0)
+        if session <= 0:
+            session = ids[max(0, len(ids) - 1 + session)] if -session < len(ids) else ids[0]
+        return history_range(conn, session, int(content.get("start") or 1), content.get("stop"), output)
+    if kind == "search":
+        return history_search(conn, ids, content.get("pattern") or "*", content.get("n"),
+                              bool(content.get("unique", False)), output)
+    return history_tail(conn, ids, int(content.get("n") or 10), output)
+
 
 def history_sessions(conn: sqlite3.Connection, session_id: int, notebook: str | None) -> list[int]:
     """The sessions whose cells are this notebook's history: all of the notebook's, or just this one."""

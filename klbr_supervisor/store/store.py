@@ -164,31 +164,15 @@ class Store(LoggingConfigurable):
 
     def recorded_reply(self, client_session: str, msg_id: str) -> dict | None:
         """The reply this session gave an execute with this client session and msg_id, if it has one."""
-        row = self.reader().execute(
-            "SELECT reply FROM cells WHERE msg_id = ? AND client_session = ? AND session_id = ? AND reply IS NOT NULL",
-            (msg_id, client_session, self.session_id)).fetchone()
-        return json.loads(row[0]) if row else None
+        from .queries import recorded_reply
+
+        return recorded_reply(self.reader(), self.session_id, client_session, msg_id)
 
     def history(self, content: dict, notebook: str | None) -> list[tuple]:
-        """Answer a history_request's content from the log: this notebook's cells across generations
-        and sessions, with integer session numbers (0 or less: relative to this session)."""
-        from . import queries
+        """Answer a history_request's content from the log (see `queries.history`)."""
+        from .queries import history
 
-        conn = self.reader()
-        output = bool(content.get("output", False))
-        kind = content.get("hist_access_type", "tail")
-        if kind == "range":
-            session = int(content.get("session") or 0)
-            if session <= 0:
-                ids = queries.history_sessions(conn, self.session_id, notebook)
-                session = ids[max(0, len(ids) - 1 + session)] if -session < len(ids) else ids[0]
-            return queries.history_range(conn, session, int(content.get("start") or 1),
-                                         content.get("stop"), output)
-        ids = queries.history_sessions(conn, self.session_id, notebook)
-        if kind == "search":
-            return queries.history_search(conn, ids, content.get("pattern") or "*", content.get("n"),
-                                          bool(content.get("unique", False)), output)
-        return queries.history_tail(conn, ids, int(content.get("n") or 10), output)
+        return history(self.reader(), content, self.session_id, notebook)
 
     def close(self) -> None:
         """Mark the session ended and stop the writer (called once, at shutdown)."""
