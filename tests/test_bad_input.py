@@ -38,6 +38,26 @@ def test_bad_signature_and_malformed_frames_are_dropped(kernel):
     assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["False"]
 
 
+def test_a_replayed_request_is_dropped_as_jupyter_client_drops_it(kernel):
+    """Byte-identical frames (same signature) are a replay: answered once. Executes are the exception,
+    answered from the record (test_store), so a reconnecting client is not left waiting."""
+    km, kc = kernel
+    sock, session = _shell(km)
+    try:
+        msg = session.msg("is_complete_request", {"code": "x = ("})
+        frames = session.serialize(msg)
+        sock.send_multipart(frames)
+        sock.send_multipart(frames)
+        assert sock.poll(5000)
+        _, body = session.feed_identities(sock.recv_multipart())
+        assert session.deserialize(body)["content"]["status"] == "incomplete"
+        assert not sock.poll(1000), "a replay got a second reply"
+    finally:
+        sock.close()
+    reply, _ = execute(kc, "1 + 1")
+    assert reply["content"]["status"] == "ok"
+
+
 def test_signed_but_undecodable_content_gets_a_named_error(kernel):
     km, kc = kernel
     sock, session = _shell(km)
