@@ -17,6 +17,7 @@ import queue
 import socket
 import sqlite3
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,7 +34,13 @@ log = logging.getLogger(__name__)
 
 Done = Callable[["StoreError | None"], None]
 _STOP = object()
+_CHECKPOINT = object()
 _BATCH = 1000
+# The loop's direct commits never checkpoint the WAL (a checkpoint copies and syncs megabytes); the
+# writer thread does, after this many of them.
+_CHECKPOINT_EVERY = 200
+# How often the path is checked for a deleted or replaced file (a stat per cell costs too much).
+_FILE_CHECK_INTERVAL = 0.5
 # Filesystems on which SQLite's WAL (shared memory between processes) is not safe.
 _NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph", "glusterfs", "lustre"}
 
@@ -91,8 +98,13 @@ class Store(LoggingConfigurable):
         self.unavailable: StoreError | None = None  # could not be opened at start
         self.paused: StoreError | None = None  # stopped taking writes mid-session
         self._conn: sqlite3.Connection | None = None
+        # The loop's own connection for direct commits: it never waits for another kernel's lock.
+        self._direct_conn: sqlite3.Connection | None = None
         self._reader: sqlite3.Connection | None = None
         self._inode: tuple[int, int] | None = None
+        self._file_checked = 0.0
+        self._replaced: StoreError | None = None
+        self._direct_commits = 0
         self._queue: queue.SimpleQueue = queue.SimpleQueue()
         # The connection is the writer thread's, except when it has nothing to do: then the loop
         # commits a cell's start or outcome itself (no thread handoff on the request path).
@@ -119,12 +131,15 @@ class Store(LoggingConfigurable):
                     (uuid, notebook, kernel, socket.gethostname(), os.getpid(), now()),
                 )
             self.session_id = cur.lastrowid
+            self._direct_conn = self._connect(busy_timeout=0)
+            self._direct_conn.execute("PRAGMA wal_autocheckpoint = 0")
         except (sqlite3.Error, OSError, RuntimeError) as e:
             self.unavailable = StoreError(self.path, e)
             log.error("klbr store unavailable, this session is not recorded: %s", self.unavailable)
-            if self._conn is not None:
-                self._conn.close()
-                self._conn = None
+            for conn in (self._conn, self._direct_conn):
+                if conn is not None:
+                    conn.close()
+            self._conn = self._direct_conn = None
             return False
         for cell_id in recovered:
             log.warning("cell %d was running when its kernel died: now 'unknown' (not re-run)", cell_id)
@@ -132,12 +147,13 @@ class Store(LoggingConfigurable):
         self._thread.start()
         return True
 
-    def _connect(self) -> sqlite3.Connection:
+    def _connect(self, busy_timeout: float | None = None) -> sqlite3.Connection:
         path = Path(self.path)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         # Created 0600 before SQLite sees it: cells hold code and outputs. WAL/SHM files follow it.
         os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
-        conn = sqlite3.connect(path, timeout=self.busy_timeout, isolation_level=None, check_same_thread=False)
+        timeout = self.busy_timeout if busy_timeout is None else busy_timeout
+        conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
         fstype = filesystem_type(path)
         if fstype in _NETWORK_FS:
             log.warning("klbr store %s is on %s: WAL is unsafe there, using a rollback journal", path, fstype)
@@ -184,6 +200,7 @@ class Store(LoggingConfigurable):
         self._thread.join(timeout=5)
         self._thread = None
         self._conn.close()
+        self._direct_conn.close()
         if self._reader is not None:
             self._reader.close()
 
@@ -193,7 +210,8 @@ class Store(LoggingConfigurable):
         """Insert the cell as `running`; `done(None)` once committed, `done(error)` if it was not."""
         replaced = self._file_replaced()
         if replaced is not None:
-            self._pause(replaced)
+            if self.paused is not replaced:
+                self._pause(replaced)
             done(replaced)
             return
         session_id = self.session_id
@@ -305,14 +323,11 @@ class Store(LoggingConfigurable):
         try:
             if self._submitted != self._committed:  # the writer took an item meanwhile
                 return False
-            conn = self._conn
-            conn.execute("PRAGMA busy_timeout = 0")  # never block the loop on another kernel
+            conn = self._direct_conn
             try:
                 conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError:
                 return False  # busy: the writer thread waits for the lock instead
-            finally:
-                conn.execute(f"PRAGMA busy_timeout = {int(self.busy_timeout * 1000)}")
             failure = None
             try:
                 apply(conn)
@@ -325,6 +340,9 @@ class Store(LoggingConfigurable):
                 failure = StoreError(self.path, e)
         finally:
             self._lock.release()
+        self._direct_commits += 1
+        if self._direct_commits % _CHECKPOINT_EVERY == 0:
+            self._queue.put(_CHECKPOINT)
         self._report(failure, [done])
         return True
 
@@ -348,8 +366,11 @@ class Store(LoggingConfigurable):
             item = self._queue.get()
             if item is _STOP:
                 return
+            if item is _CHECKPOINT:
+                self._checkpoint(conn)
+                continue
             batch = [item]
-            stop = False
+            stop = checkpoint = False
             while len(batch) < _BATCH:
                 try:
                     item = self._queue.get_nowait()
@@ -358,6 +379,9 @@ class Store(LoggingConfigurable):
                 if item is _STOP:
                     stop = True
                     break
+                if item is _CHECKPOINT:
+                    checkpoint = True
+                    continue
                 batch.append(item)
             with self._lock:
                 failure = self._apply(conn, batch)
@@ -368,8 +392,17 @@ class Store(LoggingConfigurable):
                     self._loop.call_soon_threadsafe(self._report, failure, dones)
                 except RuntimeError:
                     return  # the loop is closed: the kernel is exiting
+            if checkpoint:
+                self._checkpoint(conn)
             if stop:
                 return
+
+    def _checkpoint(self, conn: sqlite3.Connection) -> None:
+        """Fold the WAL back into the file, off the loop; readers and writers are never blocked."""
+        try:
+            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error as e:
+            log.debug("klbr store checkpoint skipped: %s", e)
 
     def _apply(self, conn: sqlite3.Connection, batch: list) -> StoreError | None:
         try:
@@ -398,11 +431,19 @@ class Store(LoggingConfigurable):
         self.on_pause(error)
 
     def _file_replaced(self) -> StoreError | None:
-        """SQLite keeps writing to a deleted file's inode: notice a deleted or replaced file."""
+        """SQLite keeps writing to a deleted file's inode: notice a deleted or replaced file.
+
+        Looked at no more than every half second; once seen, it stays so for this session.
+        """
+        now_ = time.monotonic()
+        if self._replaced is not None or now_ - self._file_checked < _FILE_CHECK_INTERVAL:
+            return self._replaced
+        self._file_checked = now_
         try:
             st = os.stat(self.path)
         except OSError as e:
-            return StoreError(self.path, f"the database file is gone ({e.strerror})")
-        if (st.st_dev, st.st_ino) != self._inode:
-            return StoreError(self.path, "the database file was replaced")
-        return None
+            self._replaced = StoreError(self.path, f"the database file is gone ({e.strerror})")
+        else:
+            if (st.st_dev, st.st_ino) != self._inode:
+                self._replaced = StoreError(self.path, "the database file was replaced")
+        return self._replaced
