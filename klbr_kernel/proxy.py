@@ -361,14 +361,18 @@ class Proxy:
             req.reply_content = content
             self._publish_output(req, "error", error.content())
             self._send_or_hold(req, lambda: self.replies.reply(req, content))
-            return
-        req.reply_content = wire.content
+        else:
+            req.reply_content = wire.content
 
-        def forward() -> None:
-            self.replies.replied(req)
-            self.frontend.forward(req.channel, req.idents, wire.frames())
+            def forward() -> None:
+                self.replies.replied(req)
+                self.frontend.forward(req.channel, req.idents, wire.frames())
 
-        self._send_or_hold(req, forward)
+            self._send_or_hold(req, forward)
+        if req.record is not None and req is self.queue.inflight:
+            # The outcome commits now, while the worker's idle is still on its way: usually it is
+            # durable before the idle arrives, and nothing waits for it.
+            self._commit_outcome(req)
 
     def _send_or_hold(self, req: Request, send) -> None:
         if req.record is not None:
@@ -418,9 +422,31 @@ class Proxy:
             if req.msg_type == "execute_request":
                 self.supervisor.cell_finished(req.msg_id)
             if req.record is not None:
-                self.cell_log.finish(req, req.reply_content or {}, lambda error, r=req: self._release(r))
+                req.idle_in = True
+                self._settle(req)
             else:
                 self._complete(req)
+
+    def _commit_outcome(self, req: Request) -> None:
+        req.committing = True
+        req.committed_outputs = req.record.seq
+        self.cell_log.finish(req, req.reply_content or {}, lambda error, r=req: self._outcome_committed(r))
+
+    def _outcome_committed(self, req: Request) -> None:
+        req.committing = False
+        self._settle(req)
+
+    def _settle(self, req: Request) -> None:
+        """Release a recorded cell's held reply and idle once both are in and its outcome, with every
+        output before the idle, is committed (semantics 3). An output that came between the reply
+        and the idle (they travel on different sockets) costs one more commit."""
+        if req.committing or not req.idle_in or req.released:
+            return
+        if req.committed_outputs == req.record.seq:
+            req.released = True
+            self._release(req)
+        else:
+            self._commit_outcome(req)
 
     def generation_ready(self, generation: Generation) -> None:
         self.generation = generation
@@ -460,7 +486,10 @@ class Proxy:
             self.frontend.send_iopub("debug_event", {"type": "event", "seq": 0, "event": "terminated", "body": {}}, parent)
             self._debugging = False
         if inflight is not None and inflight.generation is generation:
-            self._answer_lost(inflight, ending, generation)
+            if inflight.reply is not None and inflight.msg_type == "execute_request":
+                self._idle_for(inflight)  # it had its reply: its outcome stands, only its idle is missing
+            else:
+                self._answer_lost(inflight, ending, generation)
         elif was_ready and ending.reason is EndReason.LOST:
             self._notice = (
                 f"klbr: the worker of generation {generation.number} (pid {generation.pid}) "
@@ -473,6 +502,15 @@ class Proxy:
             self._held.clear()
         elif self.supervisor.crash_loop is not None:
             self._pump()  # everything queued is refused with the crash-loop error
+
+    def _idle_for(self, req: Request) -> None:
+        """Close the busy/idle bracket of an execute whose worker ended after replying."""
+        req.held.append(lambda: self.frontend.status("idle", req.header))
+        if req.record is not None:
+            req.idle_in = True
+            self._settle(req)
+        else:
+            self._release(req)
 
     def _answer_lost(self, req: Request, ending: Ending, generation: Generation) -> None:
         if req.msg_type != "execute_request" and not req.retried and ending.reason is not EndReason.START_FAILED:

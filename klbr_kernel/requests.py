@@ -87,6 +87,10 @@ class Request:
     record: CellRecord | None = None  # its row in the store, once it is a recorded cell
     reply_content: dict | None = None  # the reply content the frontend gets (kept for the store)
     held: list = field(default_factory=list)  # sends waiting until the outcome is committed
+    committing: bool = False  # its outcome is being committed
+    committed_outputs: int | None = None  # outputs included in the last outcome commit
+    idle_in: bool = False  # its idle came (or the proxy closes the bracket itself)
+    released: bool = False  # the held reply and idle went out
     own_outputs: list = field(default_factory=list)  # outputs the proxy gave a cell it answered itself
     answered: bool = False  # its reply went out
     duplicates: list = field(default_factory=list)  # resent copies waiting for its reply

@@ -18,7 +18,8 @@ HERE = Path(__file__).parent
 TEST_KERNELS = HERE / "kernels"
 
 
-BEHAVIOURS = ("sigkill", "exit", "segfault", "ignore-sigint", "hang-in-c", "die-in-output", "complete")
+BEHAVIOURS = ("sigkill", "exit", "segfault", "ignore-sigint", "hang-in-c", "die-in-output", "complete",
+              "exit-after-reply")
 _SPECS = tempfile.TemporaryDirectory(prefix="klbr-test-specs-")
 
 

@@ -76,6 +76,24 @@ def test_output_sent_before_the_death_is_delivered_first():
         assert kinds.index("error") > max(i for i, k in enumerate(kinds) if k == "stream")
 
 
+def test_a_worker_that_dies_after_its_reply_keeps_that_reply_as_the_only_one():
+    """Its outcome stands (no second, WorkerLost reply for the same cell); only its idle is the proxy's."""
+    with misbehaving("exit-after-reply") as (km, kc):
+        pid = worker_pid(kc)
+        reply, outputs = execute(kc, "misbehave()")
+        assert reply["content"]["status"] == "ok"
+        assert _result(outputs) == ["'replied'"]
+        assert _states(outputs) == ["busy", "idle"]
+        assert process_gone(pid)
+        second = kc.execute("1 + 1")
+        replies = [kc.get_shell_msg(timeout=30)]
+        while replies[-1]["parent_header"]["msg_id"] != second:
+            replies.append(kc.get_shell_msg(timeout=30))
+        assert [r["parent_header"]["msg_id"] for r in replies] == [second]  # nothing more for the first
+        assert replies[-1]["content"]["status"] == "ok"
+        assert worker_pid(kc) != pid
+
+
 def test_an_ignored_interrupt_ends_in_WorkerKilled_within_the_grace():
     with misbehaving("ignore-sigint", "--Supervisor.interrupt_grace=1") as (km, kc):
         pid = worker_pid(kc)
@@ -271,8 +289,10 @@ def test_a_frontend_restart_replaces_the_kernel_and_its_workers():
 def test_sigint_to_the_proxy_interrupts_like_interrupt_request():
     with start_kernel() as (km, kc):
         execute(kc, "kept = 5")
-        msg_id = kc.execute("import time\ntime.sleep(60)")
-        while kc.get_iopub_msg(timeout=10)["msg_type"] != "execute_input":
+        msg_id = kc.execute("import time\nprint('running', flush=True)\ntime.sleep(60)")
+        # Interrupted once its code runs: a SIGINT that lands before (between execute_input
+        # and the code) is lost in plain ipykernel too.
+        while kc.get_iopub_msg(timeout=10)["msg_type"] != "stream":
             pass
         os.kill(km.provisioner.process.pid, signal.SIGINT)
         reply, _ = collect(kc, msg_id, timeout=10)

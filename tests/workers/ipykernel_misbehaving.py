@@ -53,7 +53,15 @@ class MisbehavingKernel(IPythonKernel):
     def do_execute(self, code, *args, **kwargs):
         if code.strip() == "misbehave()":
             misbehave()
+            if BEHAVIOUR == "exit-after-reply":
+                code = "'replied'"
         return super().do_execute(code, *args, **kwargs)
+
+    async def execute_request(self, stream, ident, parent):
+        await super().execute_request(stream, ident, parent)
+        if BEHAVIOUR == "exit-after-reply" and parent["content"].get("code", "").strip() == "misbehave()":
+            time.sleep(0.3)  # the reply is on the wire; the idle that would follow it never is
+            os._exit(0)
 
     def do_complete(self, code, cursor_pos):
         if BEHAVIOUR == "complete" and not Path(MARKER).exists():
