@@ -45,6 +45,7 @@ class Generation:
         kernel_name: str,
         placement: str,
         session: Session,
+        worker_args: tuple[str, ...] = (),
         runtime_dir: str,
         zmq_context: zmq.Context,
         reaper: Reaper,
@@ -62,6 +63,7 @@ class Generation:
         self.started = time.time()
         self.kernel_info: dict = {}
         self._session = session
+        self._worker_args = worker_args
         self._runtime_dir = runtime_dir
         self._zmq = zmq_context
         self._reaper = reaper
@@ -106,7 +108,7 @@ class Generation:
         extra = []
         if self._speaks_for_proxy():
             # Same key and session id as the proxy: its messages go to the frontend untouched.
-            extra = [f"--Session.session={self._session.session}"]
+            extra = [f"--Session.session={self._session.session}", *self._worker_args]
         try:
             await self._km.start_kernel(extra_arguments=extra, **popen_options())
         except Exception as e:

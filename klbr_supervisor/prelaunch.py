@@ -25,7 +25,10 @@ _PR_SET_PDEATHSIG = 1
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
 
 # Options that choose a different first worker: no prelaunch when they are on the command line.
-_OTHER_WORKER = ("Supervisor.worker_kernel", "Supervisor.placement")
+_OTHER_WORKER = ("Supervisor.worker_kernel", "Supervisor.placement", "Supervisor.ipython_history")
+# What an ipykernel worker is started with unless `Supervisor.ipython_history` is on: no IPython
+# history database. The cell log is the history; In, _ih, %history and %rerun still work in memory.
+NO_IPYTHON_HISTORY = ("--HistoryManager.enabled=False",)
 
 
 def die_with_parent(parent_pid: int):
@@ -95,7 +98,7 @@ def start(argv: list[str]) -> None:
         json.dump(worker, f)
     session_id = str(uuid.uuid4())
     process = subprocess.Popen(
-        [sys.executable, "-m", "ipykernel_launcher", "-f", conn, f"--Session.session={session_id}"],
+        [sys.executable, "-m", "ipykernel_launcher", "-f", conn, f"--Session.session={session_id}", *NO_IPYTHON_HISTORY],
         stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_parent(os.getpid()),
     )
     _started = Prelaunched(process, runtime, conn, session_id)

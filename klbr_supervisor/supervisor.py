@@ -80,6 +80,11 @@ class Supervisor(LoggingConfigurable):
     standby_delay = Float(1.0, config=True, help="Seconds after a generation is ready before its spare starts.")
     restart_limit = Int(5, config=True, help="Automatic new generations allowed per restart_window.")
     restart_window = Float(300.0, config=True, help="Seconds over which restart_limit counts.")
+    ipython_history = Bool(
+        False, config=True,
+        help="Let ipykernel workers keep IPython's own history database (history.sqlite). Off by default: "
+             "the cell log is the history, and a worker without it answers each cell about 1.5 ms sooner.",
+    )
     poison_after = Int(
         2, config=True,
         help="Refuse code whose worker died under it this many times in a row (0 = never refuse).",
@@ -120,7 +125,7 @@ class Supervisor(LoggingConfigurable):
         self._zmq = zmq.Context.instance()
         self._reaper: Reaper | None = None
         worker = prelaunch.current()
-        if worker is not None and (self.worker_kernel or self.placement != "local"
+        if worker is not None and (self.worker_kernel or self.placement != "local" or self.ipython_history
                                    or worker.session_id != session.session):
             worker.discard()  # the configuration (a config file) asks for another first worker
             worker = None
@@ -149,6 +154,7 @@ class Supervisor(LoggingConfigurable):
             kernel_name=self._first_kernel if not self.generations else self.worker_kernel,
             placement=self.placement,
             session=self.session.clone(),
+            worker_args=() if self.ipython_history else prelaunch.NO_IPYTHON_HISTORY,
             runtime_dir=self._runtime_dir,
             zmq_context=self._zmq,
             reaper=self._reaper,
