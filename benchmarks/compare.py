@@ -21,19 +21,26 @@ from pathlib import Path
 from jupyter_client.manager import KernelManager
 
 KERNELS = {"klbr": "klbr", "ipykernel": "python3", "ipykernel A/A": "python3-aa"}
+# Not klbr, for reading its trivial-cell ratio: what a proxy process costs at the least (ipykernel
+# behind a C-level forwarder), and ipykernel started as klbr starts its workers (no IPython history db).
+EXPLAIN = {"hop floor": "klbr-bench-floor", "ipykernel, no history db": "python3-nohist"}
 # klbr with its cell log unavailable: the difference to "klbr" is what the store costs per cell.
 UNRECORDED = {"KLBR_DB": "/proc/klbr-benchmark-no-store/klbr.sqlite3"}
 
 
-def _aa_kernelspec() -> str:
-    """A second kernelspec for plain ipykernel, so the A/A line compares two identical kernels."""
+def _bench_kernelspecs() -> str:
+    """A second kernelspec for plain ipykernel (so the A/A line compares two identical kernels), and
+    the two of EXPLAIN."""
     root = tempfile.mkdtemp(prefix="klbr-bench-")
-    spec = Path(root, "kernels", "python3-aa")
-    spec.mkdir(parents=True)
-    (spec / "kernel.json").write_text(json.dumps({
-        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
-        "display_name": "ipykernel A/A", "language": "python",
-    }))
+    ipykernel = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
+    forwarder = [sys.executable, str(Path(__file__).with_name("forwarder.py")), "-f", "{connection_file}"]
+    for name, argv in (("python3-aa", ipykernel), ("python3-nohist", [*ipykernel, "--HistoryManager.enabled=False"]),
+                       ("klbr-bench-floor", forwarder)):
+        spec = Path(root, "kernels", name)
+        spec.mkdir(parents=True)
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": argv, "display_name": name, "language": "python", "interrupt_mode": "message",
+        }))
     os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [root, os.environ.get("JUPYTER_PATH")]))
     return root
 
@@ -253,8 +260,8 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/latest.json")
     ap.add_argument("--readme", help="rewrite the table between the bench markers of this README")
     args = ap.parse_args()
-    _aa_kernelspec()
-    results: dict[str, dict[str, list[float]]] = {k: {} for k in KERNELS}
+    _bench_kernelspecs()
+    results: dict[str, dict[str, list[float]]] = {k: {} for k in [*KERNELS, *EXPLAIN]}
 
     def add(label: str, measure: str, value: float) -> None:
         results[label].setdefault(measure, []).append(value)
@@ -278,6 +285,11 @@ def main() -> None:
                 add(label, "worker RSS (MiB)", rss_mib(_pid_of_worker(kc)))
                 for measure, value in recovery(label, km, kc).items():
                     add(label, measure, value)
+        for label, name in EXPLAIN.items():
+            with kernel(name) as (km, kc):
+                run_cell(kc, "pass")
+                for _ in range(args.cells):
+                    add(label, "trivial cell (ms)", run_cell(kc, "pass") * 1000)
         tmp = tempfile.mkdtemp(prefix="klbr-bench-nb-")
         for label, name in KERNELS.items():
             add(label, "nbclient, 100-cell notebook (s)", nbclient_100(name, tmp))
@@ -310,11 +322,21 @@ def main() -> None:
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
     when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
     table = "\n".join(lines)
+    # Reading the trivial-cell ratio: each kernel's percentiles against ipykernel's, same rounds.
+    cell = "trivial cell (ms)"
+    explain = ["| trivial cell | p50 (ms) | p99 (ms) | p50 / ipykernel | p99 / ipykernel |", "|---|---|---|---|---|"]
+    for label in ("ipykernel", *EXPLAIN, "klbr"):
+        p50, p99 = pct(results[label][cell], 50), pct(results[label][cell], 99)
+        base50, base99 = pct(results["ipykernel"][cell], 50), pct(results["ipykernel"][cell], 99)
+        explain.append(f"| {label} | {fmt(p50)} | {fmt(p99)} | {p50 / base50:.2f}× | {p99 / base99:.2f}× |")
+    explain_table = "\n".join(explain)
     print(f"\nklbr vs plain ipykernel — {when} — {machine}\n{args.rounds} rounds, medians (latency percentiles over all cells)\n")
     print(table)
+    print("\n" + explain_table)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"when": when, "machine": machine, "rounds": args.rounds, "raw": results, "table": table}, indent=1))
+    out.write_text(json.dumps({"when": when, "machine": machine, "rounds": args.rounds, "raw": results, "table": table,
+                                "explain": explain_table}, indent=1))
     if args.readme:
         readme = Path(args.readme)
         text = readme.read_text()
@@ -322,7 +344,11 @@ def main() -> None:
         _, tail = rest.split("<!-- bench:end -->", 1)
         block = (f"Measured {when} on {machine}; {args.rounds} rounds of {args.cells} trivial cells, medians "
                  "(latency percentiles over all cells). The A/A column is ipykernel against itself: the noise.\n\n"
-                 + table + "\n")
+                 + table + "\n\n"
+                 "Where the trivial-cell ratio comes from, same rounds: *hop floor* is ipykernel behind a C-level "
+                 "ZMQ forwarder (`benchmarks/forwarder.py`: what any proxy process costs here, with no Python per "
+                 "message); *no history db* is ipykernel started as klbr starts its workers "
+                 "(`Supervisor.ipython_history`).\n\n" + explain_table + "\n")
         readme.write_text(f"{head}<!-- bench:start -->\n{block}<!-- bench:end -->{tail}")
         print(f"\nwrote the table into {readme}")
 
