@@ -14,7 +14,7 @@ import statistics
 import sys
 import tempfile
 import time
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -58,6 +58,54 @@ def kernel(name: str, env: dict | None = None):
     finally:
         kc.stop_channels()
         km.shutdown_kernel()
+
+
+def rotated(kernels: dict[str, str], by: int) -> dict[str, str]:
+    items = list(kernels.items())
+    by %= len(items)
+    return dict(items[by:] + items[:by])
+
+
+def tree_cpu_s(pid: int) -> float:
+    """CPU seconds used so far by `pid` and its live descendants (a kernel and its workers)."""
+    children: dict[int, list[int]] = {}
+    ticks: dict[int, int] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        ticks[int(entry)] = int(fields[11]) + int(fields[12])  # utime + stime
+        children.setdefault(int(fields[1]), []).append(int(entry))
+    total, todo = 0, [pid]
+    while todo:
+        p = todo.pop()
+        total += ticks.get(p, 0)
+        todo.extend(children.get(p, []))
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def trivial_cells(kernels: dict[str, str], cells: int, add, block: int = 20) -> None:
+    """Latency and CPU of trivial cells, every kernel running at once and taking turns in blocks of
+    `block` cells, so drift hits all alike. A warm-up cell after each turn lets the previous
+    kernel's background work (a history thread, a writer) settle before the clock runs."""
+    with ExitStack() as stack:
+        running = {label: stack.enter_context(kernel(name)) for label, name in kernels.items()}
+        cpu = dict.fromkeys(kernels, 0.0)
+        blocks = max(1, cells // block)
+        for b in range(blocks):
+            for label in rotated(dict.fromkeys(kernels, ""), b):
+                km, kc = running[label]
+                run_cell(kc, "pass")
+                pid = km.provisioner.process.pid
+                before = tree_cpu_s(pid)
+                for _ in range(block):
+                    add(label, "trivial cell (ms)", run_cell(kc, "pass") * 1000)
+                cpu[label] += tree_cpu_s(pid) - before
+        for label in kernels:
+            add(label, "CPU per trivial cell, kernel and workers (ms)", cpu[label] / (blocks * block) * 1000)
 
 
 def run_cell(kc, code: str, timeout: float = 300) -> float:
@@ -267,15 +315,15 @@ def main() -> None:
         results[label].setdefault(measure, []).append(value)
 
     for r in range(args.rounds):
-        for label, name in KERNELS.items():
+        order = rotated(KERNELS, r)  # no kernel always goes first (or last) in a round
+        for label, name in order.items():
             info, first = startup(name)
             add(label, "start → kernel_info (s)", info)
             add(label, "start → first cell (s)", first)
-        for label, name in KERNELS.items():
+        trivial_cells({**order, **EXPLAIN}, args.cells, add)
+        for label, name in order.items():
             with kernel(name) as (km, kc):
                 run_cell(kc, "pass")
-                for _ in range(args.cells):
-                    add(label, "trivial cell (ms)", run_cell(kc, "pass") * 1000)
                 code = (f"import sys\nchunk = 'x' * 65536\nfor _ in range({args.output_mib * 16}):\n"
                         "    sys.stdout.write(chunk)\nsys.stdout.flush()")
                 add(label, f"{args.output_mib} MiB output in 64 KiB writes (s)", run_cell(kc, code))
@@ -285,13 +333,8 @@ def main() -> None:
                 add(label, "worker RSS (MiB)", rss_mib(_pid_of_worker(kc)))
                 for measure, value in recovery(label, km, kc).items():
                     add(label, measure, value)
-        for label, name in EXPLAIN.items():
-            with kernel(name) as (km, kc):
-                run_cell(kc, "pass")
-                for _ in range(args.cells):
-                    add(label, "trivial cell (ms)", run_cell(kc, "pass") * 1000)
         tmp = tempfile.mkdtemp(prefix="klbr-bench-nb-")
-        for label, name in KERNELS.items():
+        for label, name in order.items():
             add(label, "nbclient, 100-cell notebook (s)", nbclient_100(name, tmp))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
@@ -324,11 +367,14 @@ def main() -> None:
     table = "\n".join(lines)
     # Reading the trivial-cell ratio: each kernel's percentiles against ipykernel's, same rounds.
     cell = "trivial cell (ms)"
-    explain = ["| trivial cell | p50 (ms) | p99 (ms) | p50 / ipykernel | p99 / ipykernel |", "|---|---|---|---|---|"]
+    cpu = "CPU per trivial cell, kernel and workers (ms)"
+    explain = ["| trivial cell | p50 (ms) | p99 (ms) | p50 / ipykernel | p99 / ipykernel | CPU per cell (ms) |",
+               "|---|---|---|---|---|---|"]
     for label in ("ipykernel", *EXPLAIN, "klbr"):
         p50, p99 = pct(results[label][cell], 50), pct(results[label][cell], 99)
         base50, base99 = pct(results["ipykernel"][cell], 50), pct(results["ipykernel"][cell], 99)
-        explain.append(f"| {label} | {fmt(p50)} | {fmt(p99)} | {p50 / base50:.2f}× | {p99 / base99:.2f}× |")
+        explain.append(f"| {label} | {fmt(p50)} | {fmt(p99)} | {p50 / base50:.2f}× | {p99 / base99:.2f}× "
+                       f"| {fmt(statistics.median(results[label][cpu]))} |")
     explain_table = "\n".join(explain)
     print(f"\nklbr vs plain ipykernel — {when} — {machine}\n{args.rounds} rounds, medians (latency percentiles over all cells)\n")
     print(table)

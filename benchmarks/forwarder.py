@@ -42,9 +42,8 @@ def main() -> None:
     for name in CHANNELS:
         outer = context.socket(zmq.XPUB if name == "iopub" else zmq.ROUTER)
         outer.bind(url(front, name))
-        inner = context.socket(zmq.SUB if name == "iopub" else zmq.DEALER)
-        if name == "iopub":
-            inner.setsockopt(zmq.SUBSCRIBE, b"")
+        # XSUB passes the frontend's subscriptions on (a plain SUB cannot, and its proxy spins).
+        inner = context.socket(zmq.XSUB if name == "iopub" else zmq.DEALER)
         inner.connect(url(back, name))
         threading.Thread(target=zmq.proxy, args=(outer, inner), daemon=True).start()
 
