@@ -486,7 +486,9 @@ class Proxy:
             self.frontend.send_iopub("debug_event", {"type": "event", "seq": 0, "event": "terminated", "body": {}}, parent)
             self._debugging = False
         if inflight is not None and inflight.generation is generation:
-            if inflight.reply is not None and inflight.msg_type == "execute_request":
+            if inflight.idle_in:
+                pass  # it finished; the commit of its outcome releases it
+            elif inflight.reply is not None and inflight.msg_type == "execute_request":
                 self._idle_for(inflight)  # it had its reply: its outcome stands, only its idle is missing
             else:
                 self._answer_lost(inflight, ending, generation)
