@@ -87,12 +87,14 @@ def tree_cpu_s(pid: int) -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
-def trivial_cells(kernels: dict[str, str], cells: int, add, block: int = 20) -> None:
-    """Latency and CPU of trivial cells, every kernel running at once and taking turns in blocks of
-    `block` cells, so drift hits all alike. A warm-up cell after each turn lets the previous
-    kernel's background work (a history thread, a writer) settle before the clock runs."""
+def trivial_cells(kernels: dict[str, str | tuple[str, dict]], cells: int, add, block: int = 20) -> None:
+    """Latency and CPU of trivial cells, every kernel (a kernelspec name, or a name and environment)
+    running at once and taking turns in blocks of `block` cells, so drift hits all alike. A warm-up
+    cell after each turn lets the previous kernel's background work (a history thread, a writer)
+    settle before the clock runs."""
     with ExitStack() as stack:
-        running = {label: stack.enter_context(kernel(name)) for label, name in kernels.items()}
+        running = {label: stack.enter_context(kernel(*([spec] if isinstance(spec, str) else spec)))
+                   for label, spec in kernels.items()}
         cpu = dict.fromkeys(kernels, 0.0)
         blocks = max(1, cells // block)
         for b in range(blocks):
@@ -225,16 +227,22 @@ def rss_mib(pid: int) -> float:
     return float("nan")
 
 
-def store_cost(cells: int) -> float:
-    """Median extra ms per trivial cell of klbr recording vs klbr unrecorded, interleaved."""
-    recorded, unrecorded = [], []
-    with kernel("klbr") as (_, a), kernel("klbr", UNRECORDED) as (_, b):
-        run_cell(a, "pass")
-        run_cell(b, "pass")
-        for _ in range(cells):
-            recorded.append(run_cell(a, "pass"))
-            unrecorded.append(run_cell(b, "pass"))
-    return (statistics.median(recorded) - statistics.median(unrecorded)) * 1000
+def store_cost(cells: int) -> dict[str, float]:
+    """What recording costs a trivial cell: klbr against klbr with its store unavailable, taking
+    turns; median latency and CPU per cell, the difference of the two."""
+    results: dict[str, dict[str, list[float]]] = {}
+
+    def add(label: str, measure: str, value: float) -> None:
+        results.setdefault(label, {}).setdefault(measure, []).append(value)
+
+    trivial_cells({"recorded": "klbr", "unrecorded": ("klbr", UNRECORDED)}, cells, add)
+    rec, unrec = results["recorded"], results["unrecorded"]
+    cpu = "CPU per trivial cell, kernel and workers (ms)"
+    return {
+        "store cost per trivial cell, latency (ms)":
+            statistics.median(rec["trivial cell (ms)"]) - statistics.median(unrec["trivial cell (ms)"]),
+        "store cost per trivial cell, CPU (ms)": rec[cpu][0] - unrec[cpu][0],
+    }
 
 
 def million_cell_listing(tmpdir: str) -> dict[str, float]:
@@ -338,7 +346,8 @@ def main() -> None:
             add(label, "nbclient, 100-cell notebook (s)", nbclient_100(name, tmp))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
-    add("klbr", "store cost per trivial cell (ms)", store_cost(args.cells))
+    for measure, value in store_cost(args.cells * 2).items():
+        add("klbr", measure, value)
     for measure, value in million_cell_listing(tempfile.mkdtemp(prefix="klbr-bench-db-")).items():
         add("klbr", measure, value)
     for label, name in KERNELS.items():
