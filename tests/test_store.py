@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
@@ -58,6 +59,23 @@ def test_every_cell_is_recorded_with_outputs_and_outcome(tmp_path):
     assert stat.S_IMODE(os.stat(db).st_mode) == 0o600
     session = _db(db).execute("SELECT * FROM sessions").fetchone()
     assert session["ended"] is not None and session["kernel"] == "klbr"
+
+
+def test_a_flood_of_output_messages_loses_none_on_the_way_or_in_the_log(tmp_path):
+    """20 000 flushed prints are 20 000 iopub messages, far past ZMQ's default high-water mark of
+    1000 between worker and proxy: the frontend and the cell log still see every line."""
+    db = tmp_path / "log.sqlite3"
+    lines = 20_000
+    with kernel_on(db) as (km, kc):
+        reply, outputs = execute(kc, f"for i in range({lines}):\n    print(i, flush=True)", timeout=120)
+    assert reply["content"]["status"] == "ok"
+    shown = "".join(m["content"]["text"] for m in outputs if m["msg_type"] == "stream")
+    assert shown.split() == [str(i) for i in range(lines)]
+    cell = _cells(db)[0]
+    recorded = _db(db).execute("SELECT content FROM outputs WHERE cell_id = ? ORDER BY seq", (cell["id"],)).fetchall()
+    text = "".join(json.loads(row[0])["text"] for row in recorded)
+    assert text.split() == [str(i) for i in range(lines)]
+    assert not cell["outputs_truncated"]
 
 
 def test_getpass_answers_are_never_stored(tmp_path):
