@@ -341,13 +341,13 @@ def main() -> None:
                 add(label, "worker RSS (MiB)", rss_mib(_pid_of_worker(kc)))
                 for measure, value in recovery(label, km, kc).items():
                     add(label, measure, value)
+        for measure, value in store_cost(args.cells).items():
+            add("klbr", measure, value)
         tmp = tempfile.mkdtemp(prefix="klbr-bench-nb-")
         for label, name in order.items():
             add(label, "nbclient, 100-cell notebook (s)", nbclient_100(name, tmp))
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
-    for measure, value in store_cost(args.cells * 2).items():
-        add("klbr", measure, value)
     for measure, value in million_cell_listing(tempfile.mkdtemp(prefix="klbr-bench-db-")).items():
         add("klbr", measure, value)
     for label, name in KERNELS.items():
