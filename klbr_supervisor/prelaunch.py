@@ -105,7 +105,10 @@ def start(argv: list[str]) -> None:
             info = json.load(f)
     except (OSError, ValueError):
         return  # the app reports a bad connection file properly
-    runtime = _private_dir()
+    try:
+        runtime = _private_dir()
+    except OSError:
+        return  # no usable temp dir here: the supervisor starts the worker itself (tempfile looks further)
     worker = {
         "transport": "ipc", "ip": os.path.join(runtime, "gen1"),
         "shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5,
