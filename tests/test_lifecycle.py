@@ -157,6 +157,15 @@ def test_a_config_file_worker_replaces_the_prelaunched_one(tmp_path):
     assert not [p for p in left if not process_gone(int(p), timeout=2)]
 
 
+def test_a_kernel_whose_tmpdir_is_unusable_still_starts_and_runs_cells():
+    """The early spawn makes its directory in TMPDIR directly; when it cannot, the supervisor starts
+    the first worker instead (tempfile looks further), and the user sees nothing but a working kernel."""
+    with start_kernel(env={"TMPDIR": "/nonexistent/klbr-test"}) as (km, kc):
+        reply, outputs = execute(kc, "6 * 7")
+        assert reply["content"]["status"] == "ok"
+        assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["42"]
+
+
 def test_shutdown_while_a_new_generation_is_starting_still_replies_at_once():
     with start_kernel() as (km, kc):
         reply, _ = execute(kc, "import os; os.kill(os.getpid(), 9)")
