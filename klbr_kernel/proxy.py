@@ -421,11 +421,16 @@ class Proxy:
         if req is self.queue.inflight:
             if req.msg_type == "execute_request":
                 self.supervisor.cell_finished(req.msg_id)
-            if req.record is not None:
-                req.idle_in = True
-                self._settle(req)
-            else:
-                self._complete(req)
+            self._idle_in(req)
+
+    def _idle_in(self, req: Request) -> None:
+        """The in-flight request's idle came (or the proxy supplies it): release what was held, once
+        a recorded cell's outcome is committed."""
+        req.idle_in = True
+        if req.record is not None:
+            self._settle(req)
+        else:
+            self._release(req)
 
     def _commit_outcome(self, req: Request) -> None:
         req.committing = True
@@ -508,11 +513,7 @@ class Proxy:
     def _idle_for(self, req: Request) -> None:
         """Close the busy/idle bracket of an execute whose worker ended after replying."""
         req.held.append(lambda: self.frontend.status("idle", req.header))
-        if req.record is not None:
-            req.idle_in = True
-            self._settle(req)
-        else:
-            self._release(req)
+        self._idle_in(req)
 
     def _answer_lost(self, req: Request, ending: Ending, generation: Generation) -> None:
         if req.msg_type != "execute_request" and not req.retried and ending.reason is not EndReason.START_FAILED:
