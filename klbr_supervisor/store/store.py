@@ -1,4 +1,4 @@
-"""The store: one SQLite file, written by one thread, in the order things happened.
+"""The store: one SQLite file, written in the order things happened (see `writer`).
 
 The proxy's request path calls `cell_started` (the row is committed before the worker sees the
 cell), `output` (queued; batched into the writer's next transaction) and `cell_finished` (the
@@ -9,14 +9,11 @@ the next `cell_started` tries again and resumes it when the file takes writes ag
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import os
-import queue
 import socket
 import sqlite3
-import threading
 import time
 from collections.abc import Callable
 from datetime import datetime, timezone
@@ -29,16 +26,11 @@ from traitlets.config import LoggingConfigurable
 from .records import CellRecord
 from .recovery import recover_orphans
 from .schema import migrate
+from .writer import Writer
 
 log = logging.getLogger(__name__)
 
 Done = Callable[["StoreError | None"], None]
-_STOP = object()
-_CHECKPOINT = object()
-_BATCH = 1000
-# The loop's direct commits never checkpoint the WAL (a checkpoint copies and syncs megabytes); the
-# writer thread does, after this many of them.
-_CHECKPOINT_EVERY = 200
 # How often the path is checked for a deleted or replaced file (a stat per cell costs too much).
 _FILE_CHECK_INTERVAL = 0.5
 # Filesystems on which SQLite's WAL (shared memory between processes) is not safe.
@@ -97,22 +89,11 @@ class Store(LoggingConfigurable):
         self.session_id: int | None = None
         self.unavailable: StoreError | None = None  # could not be opened at start
         self.paused: StoreError | None = None  # stopped taking writes mid-session
-        self._conn: sqlite3.Connection | None = None
-        # The loop's own connection for direct commits: it never waits for another kernel's lock.
-        self._direct_conn: sqlite3.Connection | None = None
+        self._writer: Writer | None = None
         self._reader: sqlite3.Connection | None = None
         self._inode: tuple[int, int] | None = None
         self._file_checked = 0.0
         self._replaced: StoreError | None = None
-        self._direct_commits = 0
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
-        # The connection is the writer thread's, except when it has nothing to do: then the loop
-        # commits a cell's start or outcome itself (no thread handoff on the request path).
-        self._lock = threading.Lock()
-        self._submitted = 0  # items queued (loop thread only)
-        self._committed = 0  # items applied (writer thread only)
-        self._thread: threading.Thread | None = None
-        self._loop: asyncio.AbstractEventLoop | None = None
         self._event_seq = 0
         self.on_pause: Callable[[StoreError | None], None] = lambda error: None
 
@@ -120,31 +101,31 @@ class Store(LoggingConfigurable):
 
     def open(self, *, uuid: str, notebook: str | None, kernel: str | None) -> bool:
         """Open (creating 0600, migrating), recover orphans, record this session. False if unavailable."""
-        self._loop = asyncio.get_running_loop()
+        conn = direct_conn = None
         try:
-            self._conn = self._connect()
-            migrate(self._conn)
-            recovered = recover_orphans(self._conn, socket.gethostname(), now())
-            with self._conn:
-                cur = self._conn.execute(
+            conn = self._connect()
+            migrate(conn)
+            recovered = recover_orphans(conn, socket.gethostname(), now())
+            with conn:
+                cur = conn.execute(
                     "INSERT INTO sessions (uuid, notebook, kernel, host, pid, started) VALUES (?, ?, ?, ?, ?, ?)",
                     (uuid, notebook, kernel, socket.gethostname(), os.getpid(), now()),
                 )
             self.session_id = cur.lastrowid
-            self._direct_conn = self._connect(busy_timeout=0)
-            self._direct_conn.execute("PRAGMA wal_autocheckpoint = 0")
+            # The loop's own connection for direct commits: it never waits for another kernel's
+            # lock, and never checkpoints (the writer thread does).
+            direct_conn = self._connect(busy_timeout=0)
+            direct_conn.execute("PRAGMA wal_autocheckpoint = 0")
         except (sqlite3.Error, OSError, RuntimeError) as e:
             self.unavailable = StoreError(self.path, e)
             log.error("klbr store unavailable, this session is not recorded: %s", self.unavailable)
-            for conn in (self._conn, self._direct_conn):
-                if conn is not None:
-                    conn.close()
-            self._conn = self._direct_conn = None
+            for c in (conn, direct_conn):
+                if c is not None:
+                    c.close()
             return False
         for cell_id in recovered:
             log.warning("cell %d was running when its kernel died: now 'unknown' (not re-run)", cell_id)
-        self._thread = threading.Thread(target=self._write_loop, name="klbr-store", daemon=True)
-        self._thread.start()
+        self._writer = Writer(conn, direct_conn, self._report)
         return True
 
     def _connect(self, busy_timeout: float | None = None) -> sqlite3.Connection:
@@ -168,7 +149,7 @@ class Store(LoggingConfigurable):
 
     @property
     def recording(self) -> bool:
-        return self._conn is not None
+        return self._writer is not None
 
     def reader(self) -> sqlite3.Connection:
         """A read connection for the loop thread (history replies); WAL lets it read while the writer writes."""
@@ -192,15 +173,11 @@ class Store(LoggingConfigurable):
 
     def close(self) -> None:
         """Mark the session ended and stop the writer (called once, at shutdown)."""
-        if self._thread is None:
+        if self._writer is None or self._writer.closed:
             return
         session_id = self.session_id
         self._submit(lambda c: c.execute("UPDATE sessions SET ended = ? WHERE id = ?", (now(), session_id)))
-        self._queue.put(_STOP)
-        self._thread.join(timeout=5)
-        self._thread = None
-        self._conn.close()
-        self._direct_conn.close()
+        self._writer.close()
         if self._reader is not None:
             self._reader.close()
 
@@ -316,39 +293,12 @@ class Store(LoggingConfigurable):
     # -- the writer --------------------------------------------------------------------------------
 
     def _direct(self, apply: Callable[[sqlite3.Connection], None], done: Done) -> bool:
-        """Commit `apply` now, on the caller's thread, if that keeps the order of writes: nothing is
-        queued or being written, and no other kernel holds the file's write lock. False: queue it."""
-        if self._thread is None or self._submitted != self._committed or not self._lock.acquire(blocking=False):
-            return False
-        try:
-            if self._submitted != self._committed:  # the writer took an item meanwhile
-                return False
-            conn = self._direct_conn
-            try:
-                conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError:
-                return False  # busy: the writer thread waits for the lock instead
-            failure = None
-            try:
-                apply(conn)
-                conn.execute("COMMIT")
-            except (sqlite3.Error, OSError) as e:
-                try:
-                    conn.execute("ROLLBACK")
-                except sqlite3.Error:
-                    pass
-                failure = StoreError(self.path, e)
-        finally:
-            self._lock.release()
-        self._direct_commits += 1
-        if self._direct_commits % _CHECKPOINT_EVERY == 0:
-            self._queue.put(_CHECKPOINT)
-        self._report(failure, [done])
-        return True
+        """Commit `apply` now on the loop if the writer allows it (see `Writer.direct`)."""
+        return self._writer is not None and self._writer.direct(apply, done)
 
     def _submit(self, apply: Callable[[sqlite3.Connection], None], done: Done | None = None, *,
                 resuming: bool = False) -> None:
-        if self._thread is None:
+        if self._writer is None or self._writer.closed:
             if done is not None:
                 done(self.unavailable or StoreError(self.path, "the store is closed"))
             return
@@ -356,69 +306,11 @@ class Store(LoggingConfigurable):
             if done is not None:
                 done(self.paused)
             return
-        self._submitted += 1
-        self._queue.put((apply, done))
+        self._writer.submit(apply, done)
 
-    def _write_loop(self) -> None:
-        """The writer thread: batches what is queued into one transaction, then reports back."""
-        conn = self._conn
-        while True:
-            item = self._queue.get()
-            if item is _STOP:
-                return
-            if item is _CHECKPOINT:
-                self._checkpoint(conn)
-                continue
-            batch = [item]
-            stop = checkpoint = False
-            while len(batch) < _BATCH:
-                try:
-                    item = self._queue.get_nowait()
-                except queue.Empty:
-                    break
-                if item is _STOP:
-                    stop = True
-                    break
-                if item is _CHECKPOINT:
-                    checkpoint = True
-                    continue
-                batch.append(item)
-            with self._lock:
-                failure = self._apply(conn, batch)
-                self._committed += len(batch)
-            dones = [done for _, done in batch if done is not None]
-            if failure is not None or dones:
-                try:
-                    self._loop.call_soon_threadsafe(self._report, failure, dones)
-                except RuntimeError:
-                    return  # the loop is closed: the kernel is exiting
-            if checkpoint:
-                self._checkpoint(conn)
-            if stop:
-                return
-
-    def _checkpoint(self, conn: sqlite3.Connection) -> None:
-        """Fold the WAL back into the file, off the loop; readers and writers are never blocked."""
-        try:
-            conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
-        except sqlite3.Error as e:
-            log.debug("klbr store checkpoint skipped: %s", e)
-
-    def _apply(self, conn: sqlite3.Connection, batch: list) -> StoreError | None:
-        try:
-            conn.execute("BEGIN IMMEDIATE")
-            for apply, _ in batch:
-                apply(conn)
-            conn.execute("COMMIT")
-            return None
-        except (sqlite3.Error, OSError) as e:
-            try:
-                conn.execute("ROLLBACK")  # an I/O error may leave the transaction open
-            except sqlite3.Error:
-                pass
-            return StoreError(self.path, e)
-
-    def _report(self, failure: StoreError | None, dones: list[Done]) -> None:
+    def _report(self, cause: Exception | None, dones: list[Done]) -> None:
+        """From the writer, on the loop: what it committed, or the error that rolled it back."""
+        failure = StoreError(self.path, cause) if cause is not None else None
         if failure is not None and self.paused is None:
             self._pause(failure)
         for done in dones:

@@ -1,0 +1,144 @@
+"""How the store's writes reach the file: one thread, in order, and the loop's direct commit.
+
+A write is a callable `apply(conn)`. Queued writes are batched into one transaction by the writer
+thread; `report(failure, dones)` then runs on the event loop (`failure` is the sqlite3 or OS error
+that rolled the batch back, or None). When nothing is queued or being written, `direct` commits on
+the caller's thread instead (no thread handoff on the request path), with a connection that never
+waits for another kernel's lock and never checkpoints: the thread folds the WAL back every
+`CHECKPOINT_EVERY` direct commits, so no cell waits for a checkpoint's copy and sync.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import queue
+import sqlite3
+import threading
+from collections.abc import Callable, Iterable
+
+log = logging.getLogger(__name__)
+
+Apply = Callable[[sqlite3.Connection], None]
+Report = Callable[[Exception | None, list], None]
+
+_STOP = object()
+_CHECKPOINT = object()
+_BATCH = 1000
+CHECKPOINT_EVERY = 200
+
+
+def _commit(conn: sqlite3.Connection, applies: Iterable[Apply]) -> Exception | None:
+    """Apply in one transaction (already begun); the error that rolled it back, or None."""
+    try:
+        for apply in applies:
+            apply(conn)
+        conn.execute("COMMIT")
+        return None
+    except (sqlite3.Error, OSError) as e:
+        try:
+            conn.execute("ROLLBACK")  # an I/O error may leave the transaction open
+        except sqlite3.Error:
+            pass
+        return e
+
+
+class Writer:
+    """Owns both connections once the store is open; `close` ends the thread and closes them."""
+
+    def __init__(self, conn: sqlite3.Connection, direct_conn: sqlite3.Connection, report: Report):
+        """`conn` is the thread's; `direct_conn` the loop's (busy_timeout 0, wal_autocheckpoint 0)."""
+        self._conn = conn
+        self._direct_conn = direct_conn
+        self._report = report
+        self._loop = asyncio.get_running_loop()
+        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._lock = threading.Lock()  # held while either side writes
+        self._submitted = 0  # items queued (loop thread only)
+        self._committed = 0  # items applied (writer thread only)
+        self._direct_commits = 0
+        self.closed = False
+        self._thread = threading.Thread(target=self._run, name="klbr-store", daemon=True)
+        self._thread.start()
+
+    def submit(self, apply: Apply, done: Callable | None) -> None:
+        self._submitted += 1
+        self._queue.put((apply, done))
+
+    def direct(self, apply: Apply, done: Callable) -> bool:
+        """Commit `apply` now, on the caller's thread, if that keeps the order of writes: nothing is
+        queued or being written, and no other kernel holds the file's write lock. False: queue it."""
+        if self.closed or self._submitted != self._committed or not self._lock.acquire(blocking=False):
+            return False
+        try:
+            if self._submitted != self._committed:  # the writer took an item meanwhile
+                return False
+            try:
+                self._direct_conn.execute("BEGIN IMMEDIATE")
+            except sqlite3.OperationalError:
+                return False  # busy: the writer thread waits for the lock instead
+            failure = _commit(self._direct_conn, [apply])
+        finally:
+            self._lock.release()
+        self._direct_commits += 1
+        if self._direct_commits % CHECKPOINT_EVERY == 0:
+            self._queue.put(_CHECKPOINT)
+        self._report(failure, [done])
+        return True
+
+    def close(self) -> None:
+        """Write what is queued, stop the thread, close both connections (once, at shutdown)."""
+        self.closed = True
+        self._queue.put(_STOP)
+        self._thread.join(timeout=5)
+        self._conn.close()
+        self._direct_conn.close()
+
+    def _run(self) -> None:
+        """The writer thread: batches what is queued into one transaction, then reports back."""
+        conn = self._conn
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                return
+            if item is _CHECKPOINT:
+                self._checkpoint()
+                continue
+            batch = [item]
+            stop = checkpoint = False
+            while len(batch) < _BATCH:
+                try:
+                    item = self._queue.get_nowait()
+                except queue.Empty:
+                    break
+                if item is _STOP:
+                    stop = True
+                    break
+                if item is _CHECKPOINT:
+                    checkpoint = True
+                    continue
+                batch.append(item)
+            with self._lock:
+                try:
+                    conn.execute("BEGIN IMMEDIATE")
+                    failure = _commit(conn, [apply for apply, _ in batch])
+                except (sqlite3.Error, OSError) as e:
+                    failure = e
+                self._committed += len(batch)
+            dones = [done for _, done in batch if done is not None]
+            if failure is not None or dones:
+                try:
+                    self._loop.call_soon_threadsafe(self._report, failure, dones)
+                except RuntimeError:
+                    return  # the loop is closed: the kernel is exiting
+            if checkpoint:
+                self._checkpoint()
+            if stop:
+                return
+
+    def _checkpoint(self) -> None:
+        """Fold the WAL back into the file, off the loop; readers and writers are never blocked."""
+        try:
+            self._conn.execute("PRAGMA wal_checkpoint(PASSIVE)")
+        except sqlite3.Error as e:
+            log.debug("klbr store checkpoint skipped: %s", e)
