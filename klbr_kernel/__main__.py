@@ -11,6 +11,10 @@ else:
     from klbr_supervisor import prelaunch
 
     prelaunch.start(sys.argv[1:])
+    # Then the frontend's sockets, so the kernel answers kernel_info while the rest imports.
+    from . import early
+
+    early.start(sys.argv[1:])
     from .app import main
 
 main()

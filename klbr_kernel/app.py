@@ -21,6 +21,7 @@ from klbr_supervisor import prelaunch
 from klbr_supervisor.store import Store
 from klbr_supervisor.supervisor import Supervisor
 
+from . import early
 from ._version import __version__
 from .proxy import Proxy
 
@@ -53,9 +54,11 @@ class KlbrKernelApp(JupyterApp):
             username="kernel",
             parent=self,
         )
+        # The session the early answers and the prelaunched worker already speak as, if any.
         worker = prelaunch.current()
-        if worker is not None:
-            session.session = worker.session_id  # the prelaunched worker already speaks as this session
+        session_id = early.session_id() or (worker.session_id if worker else None)
+        if session_id is not None:
+            session.session = session_id
         asyncio.run(self._serve(info, session))
 
     async def _serve(self, info: dict, session: Session) -> None:

@@ -8,6 +8,7 @@ frames untouched.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 from collections.abc import Callable
@@ -19,17 +20,10 @@ from jupyter_client.session import Session
 from klbr_supervisor.sockets import Channel
 from klbr_supervisor.wire import MalformedMessage, Wire
 
+from . import early
 from .heartbeat import Heartbeat
 
 log = logging.getLogger(__name__)
-
-
-def channel_url(info: dict, channel: str) -> str:
-    """The address to bind for `channel`, for tcp and ipc transports (jupyter_client's convention)."""
-    transport, ip, port = info.get("transport", "tcp"), info["ip"], info[f"{channel}_port"]
-    if transport == "ipc":
-        return f"ipc://{ip}-{port}"
-    return f"{transport}://{ip}:{port}"
 
 
 class Frontend:
@@ -50,21 +44,21 @@ class Frontend:
         self._seen: dict[bytes, None] = {}
 
     def bind(self) -> None:
-        kinds = {"shell": zmq.ROUTER, "control": zmq.ROUTER, "stdin": zmq.ROUTER, "iopub": zmq.XPUB}
-        for name, kind in kinds.items():
-            sock = self._context.socket(kind)
-            sock.linger = 1000
-            if kind == zmq.ROUTER:
-                sock.router_handover = 1  # a reconnecting client takes over its identity
-            else:
-                # Report every subscription, not only the first per topic, so a frontend that
-                # connects while another is attached still gets its iopub_welcome.
-                sock.setsockopt(zmq.XPUB_VERBOSE, 1)
-            sock.bind(channel_url(self.info, name))
+        """Take over the sockets bound at start-up (see `early`), or bind them now."""
+        bound = early.take()
+        if bound is None:
+            sockets, self._heartbeat = early.bind(self.info, self._context)
+        else:
+            sockets, self._heartbeat = bound.sockets, bound.heartbeat
+            for signature in bound.answered:
+                self._remember(signature)
+            # What came before the handover is handled before anything newer in the same socket.
+            loop = asyncio.get_running_loop()
+            for channel, frames in bound.kept:
+                loop.call_soon(self._received, channel, frames)
+        for name, sock in sockets.items():
             handler = self._subscription if name == "iopub" else (lambda f, n=name: self._received(n, f))
             self._channels[name] = Channel(f"frontend.{name}", sock, handler)
-        self._heartbeat = Heartbeat(self._context, channel_url(self.info, "hb"))
-        self._heartbeat.start()
 
     def close(self) -> None:
         """Called once at exit; lingers up to a second so the last replies reach the frontend."""
@@ -114,10 +108,13 @@ class Frontend:
                 log.warning("dropped a replayed %s (duplicate signature)", wire.msg_type)
                 return None
         elif signature:
-            self._seen[signature] = None
-            if len(self._seen) > self.session.digest_history_size:
-                del self._seen[next(iter(self._seen))]
+            self._remember(signature)
         return wire
+
+    def _remember(self, signature: bytes) -> None:
+        self._seen[signature] = None
+        if len(self._seen) > self.session.digest_history_size:
+            del self._seen[next(iter(self._seen))]
 
     def _subscription(self, frames: list) -> None:
         """XPUB subscription events: greet each new subscriber (JEP 65 iopub_welcome)."""

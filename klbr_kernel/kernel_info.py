@@ -10,9 +10,11 @@ import importlib.util
 import platform
 import sys
 
-from jupyter_client import protocol_version
-
 from ._version import __version__
+
+# The messaging protocol the proxy speaks (not jupyter_client's: this module is imported before it,
+# by `early`, and the proxy implements what it implements).
+PROTOCOL_VERSION = "5.4"
 
 # What ipykernel on this interpreter would say; used until the worker has told us its own.
 _OWN_LANGUAGE_INFO = {
@@ -40,7 +42,7 @@ def kernel_info_content(worker_info: dict | None, generation: int | None, placem
         banner += "\n" + worker_info["banner"]
     return {
         "status": "ok",
-        "protocol_version": protocol_version,
+        "protocol_version": PROTOCOL_VERSION,
         "implementation": "klbr",
         "implementation_version": __version__,
         "language_info": language_info,

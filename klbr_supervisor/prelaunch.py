@@ -76,7 +76,7 @@ def _private_dir() -> str:
             continue
 
 
-def _new_id() -> str:
+def new_id() -> str:
     """A random session id in uuid4's shape."""
     h = bytearray(os.urandom(16))
     h[6] = (h[6] & 0x0F) | 0x40
@@ -85,7 +85,7 @@ def _new_id() -> str:
     return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
-def _connection_file_arg(argv: list[str]) -> str | None:
+def connection_file_arg(argv: list[str]) -> str | None:
     for i, arg in enumerate(argv):
         if arg in ("-f", "--f") and i + 1 < len(argv):
             return argv[i + 1]
@@ -97,7 +97,7 @@ def _connection_file_arg(argv: list[str]) -> str | None:
 def start(argv: list[str]) -> None:
     """Called first by `python -m klbr_kernel -f FILE`: spawn generation 1 if it will be the default."""
     global _started
-    path = _connection_file_arg(argv)
+    path = connection_file_arg(argv)
     if path is None or any(opt in arg for arg in argv for opt in _OTHER_WORKER) or os.environ.get("KLBR_NO_PRELAUNCH"):
         return
     try:
@@ -118,7 +118,7 @@ def start(argv: list[str]) -> None:
     conn = os.path.join(runtime, "worker-1.json")
     with open(os.open(conn, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         json.dump(worker, f)
-    session_id = _new_id()
+    session_id = new_id()
     process = subprocess.Popen(
         [sys.executable, "-m", "ipykernel_launcher", "-f", conn, f"--Session.session={session_id}", *NO_IPYTHON_HISTORY],
         stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_parent(os.getpid()),

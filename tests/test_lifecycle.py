@@ -7,6 +7,10 @@ import signal
 import tempfile
 import time
 from pathlib import Path
+from queue import Empty
+
+from jupyter_client.manager import KernelManager
+from jupyter_client.session import Session
 
 from conftest import collect, execute, kill_quietly, process_gone, start_kernel, worker_pid
 
@@ -21,6 +25,52 @@ def test_kernel_info_is_answered_before_the_worker_is_ready():
         info = kc.get_shell_msg(timeout=5)["content"]
         assert info["implementation"] == "klbr"
         assert info["language_info"]["name"] == "python"
+
+
+def test_kernel_info_is_answered_while_the_proxy_itself_still_starts(tmp_path):
+    # A config file that takes 5 s: the proxy cannot serve before it has read it.
+    (tmp_path / "jupyter_klbr_config.py").write_text("import time\ntime.sleep(5)\n")
+    km = KernelManager(kernel_name="klbr")
+    start = time.monotonic()
+    km.start_kernel(env={**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path)})
+    kc = km.client()
+    kc.start_channels()
+    try:
+        welcome = kc.get_iopub_msg(timeout=20)
+        assert welcome["msg_type"] == "iopub_welcome"
+        early = kc.kernel_info()
+        reply = kc.get_shell_msg(timeout=20)
+        answered_in = time.monotonic() - start
+        assert reply["parent_header"]["msg_id"] == early
+        assert reply["content"]["implementation"] == "klbr"
+        assert answered_in < 4, f"kernel_info took {answered_in:.1f} s: it waited for the proxy"
+        brackets = [m for m in _drain_iopub(kc) if m["parent_header"].get("msg_id") == early]
+        assert [m["content"]["execution_state"] for m in brackets] == ["busy", "idle"]
+        # Sent before the proxy took over: all answered once it has, and a forged one never.
+        Session(key=b"another key").send(kc.shell_channel.socket, "kernel_info_request")
+        cell = kc.execute("40 + 2")
+        later = kc.kernel_info()
+        replies = {}
+        while len(replies) < 2:
+            msg = kc.get_shell_msg(timeout=30)
+            replies[msg["parent_header"]["msg_id"]] = msg
+        assert set(replies) == {cell, later}
+        assert replies[cell]["content"]["status"] == "ok"
+        assert not kc.shell_channel.msg_ready()
+        # One session toward the frontend, before and after the handover (semantics 10).
+        assert {m["header"]["session"] for m in [reply, *replies.values()]} == {reply["header"]["session"]}
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=True)
+
+
+def _drain_iopub(kc, quiet: float = 0.5) -> list[dict]:
+    msgs = []
+    while True:
+        try:
+            msgs.append(kc.get_iopub_msg(timeout=quiet))
+        except Empty:
+            return msgs
 
 
 def test_a_worker_that_dies_while_starting_gives_WorkerStartFailed_with_its_stderr():

@@ -1,0 +1,220 @@
+"""The frontend's sockets, bound first thing, and kernel_info answered while the proxy still starts.
+
+`python -m klbr_kernel` calls `start` right after the prelaunch and before the heavy imports
+(jupyter_client, traitlets, asyncio: about 200 ms here). Two things follow. A client that connected
+before the bind is not left waiting for its next reconnect attempt (libzmq retries every 100 ms).
+And a thread answers kernel_info_request, which `wait_for_ready`, nbclient and JupyterLab send
+first, so the kernel answers within tens of milliseconds of its start.
+
+The thread answers nothing else, besides greeting iopub subscribers (JEP 65 iopub_welcome). The first other message on a channel is kept, and the thread stops
+reading that channel, so what follows stays queued in its socket, in order. When the proxy binds,
+its `Frontend` calls `take`: the thread stops and the `Frontend` receives the sockets, the kept
+messages (to handle before anything newer) and the signatures already answered (for its replay
+check). Only `take` ends the thread; until then it alone touches the sockets.
+
+Standard library, pyzmq and the light `klbr_kernel` modules only: each import here is paid before
+the first answer.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import threading
+from datetime import datetime, timezone
+from hmac import compare_digest
+
+import zmq
+
+from klbr_supervisor import prelaunch
+
+from .heartbeat import Heartbeat
+from .kernel_info import PROTOCOL_VERSION, kernel_info_content
+
+DELIM = b"<IDS|MSG>"
+_KINDS = {"shell": zmq.ROUTER, "control": zmq.ROUTER, "stdin": zmq.ROUTER, "iopub": zmq.XPUB}
+
+
+def channel_url(info: dict, channel: str) -> str:
+    """The address to bind for `channel`, for tcp and ipc transports (jupyter_client's convention)."""
+    transport, ip, port = info.get("transport", "tcp"), info["ip"], info[f"{channel}_port"]
+    if transport == "ipc":
+        return f"ipc://{ip}-{port}"
+    return f"{transport}://{ip}:{port}"
+
+
+def bind(info: dict, context: zmq.Context) -> tuple[dict[str, zmq.Socket], Heartbeat]:
+    """Bind the frontend's four channels and start answering heartbeats."""
+    sockets: dict[str, zmq.Socket] = {}
+    try:
+        for name, kind in _KINDS.items():
+            sock = context.socket(kind)
+            sockets[name] = sock
+            sock.linger = 1000
+            if kind == zmq.ROUTER:
+                sock.router_handover = 1  # a reconnecting client takes over its identity
+            else:
+                # Report every subscription, not only the first per topic, so a frontend that
+                # connects while another is attached still gets its iopub_welcome.
+                sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+            sock.bind(channel_url(info, name))
+        heartbeat = Heartbeat(context, channel_url(info, "hb"))
+    except BaseException:
+        for sock in sockets.values():
+            sock.close(linger=0)
+        raise
+    heartbeat.start()
+    return sockets, heartbeat
+
+
+class Bound:
+    """What the `Frontend` takes over: the sockets, the heartbeat, and what the thread read."""
+
+    def __init__(self, sockets: dict[str, zmq.Socket], heartbeat: Heartbeat, session_id: str):
+        self.sockets = sockets
+        self.heartbeat = heartbeat
+        self.session_id = session_id
+        self.kept: list[tuple[str, list[zmq.Frame]]] = []  # (channel, frames), in arrival order
+        self.answered: list[bytes] = []  # signatures of the kernel_info requests answered
+
+
+class _Responder(threading.Thread):
+    def __init__(self, bound: Bound, info: dict, context: zmq.Context):
+        super().__init__(name="klbr-early", daemon=True)
+        self._bound = bound
+        key = info.get("key", "").encode()
+        scheme = info.get("signature_scheme", "hmac-sha256")
+        self._auth = hmac.new(key, digestmod=scheme.split("-", 1)[1]) if key else None
+        self._halt_url = f"inproc://klbr-early-{id(self)}"
+        self._halt = context.socket(zmq.PAIR)
+        self._halt.bind(self._halt_url)
+        self._context = context
+
+    def stop(self) -> None:
+        """From the main thread: end the thread and wait for it."""
+        self._halt.send(b"")
+        self.join()
+        self._halt.close(linger=0)
+
+    def run(self) -> None:
+        sockets = self._bound.sockets
+        stop = self._context.socket(zmq.PAIR)
+        stop.connect(self._halt_url)
+        poller = zmq.Poller()
+        poller.register(stop, zmq.POLLIN)
+        for name in ("shell", "control", "iopub"):
+            poller.register(sockets[name], zmq.POLLIN)
+        try:
+            while True:
+                ready = dict(poller.poll())
+                if stop in ready:
+                    return
+                if sockets["iopub"] in ready:
+                    self._subscribed(sockets["iopub"].recv())
+                for name in ("shell", "control"):
+                    sock = sockets[name]
+                    if sock in ready:
+                        frames = sock.recv_multipart(copy=False)
+                        if not self._answered(name, frames):
+                            self._bound.kept.append((name, frames))
+                            poller.unregister(sock)  # the rest waits in the socket, in order
+        finally:
+            stop.close(linger=0)
+
+    def _answered(self, channel: str, frames: list[zmq.Frame]) -> bool:
+        """Answer `frames` if they are a correctly signed, first-time kernel_info_request."""
+        data = [frame.bytes for frame in frames]
+        if DELIM not in data:
+            return False
+        i = data.index(DELIM)
+        body = data[i + 1 : i + 6]
+        if len(body) < 5 or (self._auth is not None and not compare_digest(body[0], self._sign(body[1:5]))):
+            return False
+        try:
+            header = json.loads(body[1])
+            json.loads(body[4])
+        except ValueError:
+            return False
+        if not isinstance(header, dict) or header.get("msg_type") != "kernel_info_request":
+            return False
+        if body[0] and body[0] in self._bound.answered:
+            return False  # a replay: the Frontend drops it
+        self._bound.answered.append(body[0])
+        sockets = self._bound.sockets
+        self._publish("status", {"execution_state": "busy"}, header)
+        metadata = {"started": _now(), "dependencies_met": True, "engine": self._bound.session_id, "status": "ok"}
+        # "local": the only placement there is; the proxy's own answers name the configured one.
+        content = kernel_info_content(None, None, "local")
+        sockets[channel].send_multipart(data[:i] + self._message("kernel_info_reply", content, header, metadata))
+        self._publish("status", {"execution_state": "idle"}, header)
+        return True
+
+    def _subscribed(self, event: bytes) -> None:
+        """A new iopub subscriber: greet it (JEP 65), as the `Frontend` does after the handover."""
+        if event[:1] == b"\x01":
+            try:
+                self._publish("iopub_welcome", {"subscription": event[1:].decode()}, {}, topic=event[1:] or None)
+            except UnicodeDecodeError:
+                pass
+
+    def _publish(self, msg_type: str, content: dict, parent: dict, topic: bytes | None = None) -> None:
+        prefix = topic or f"kernel.klbr.{msg_type}".encode()
+        self._bound.sockets["iopub"].send_multipart([prefix, *self._message(msg_type, content, parent)])
+
+    def _message(self, msg_type: str, content: dict, parent: dict, metadata: dict | None = None) -> list[bytes]:
+        header = {"msg_id": prelaunch.new_id(), "session": self._bound.session_id, "username": "kernel",
+                  "date": _now(), "msg_type": msg_type, "version": PROTOCOL_VERSION}
+        parts = [json.dumps(part).encode() for part in (header, parent, metadata or {}, content)]
+        return [DELIM, self._sign(parts), *parts]
+
+    def _sign(self, parts: list[bytes]) -> bytes:
+        if self._auth is None:
+            return b""
+        h = self._auth.copy()
+        for part in parts:
+            h.update(part)
+        return h.hexdigest().encode()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+
+
+_bound: Bound | None = None
+_responder: _Responder | None = None
+
+
+def start(argv: list[str]) -> None:
+    """Bind the sockets of the connection file in `argv` and answer kernel_info until `take`.
+
+    Does nothing when there is no readable connection file or the bind fails: the app reports
+    the first, and the `Frontend` binds (or reports the failure) itself."""
+    global _bound, _responder
+    path = prelaunch.connection_file_arg(argv)
+    try:
+        with open(path) as f:
+            info = json.load(f)
+        context = zmq.Context.instance()
+        sockets, heartbeat = bind(info, context)
+    except Exception:
+        return
+    worker = prelaunch.current()
+    # The session the frontend will see throughout: the prelaunched worker already speaks as it.
+    _bound = Bound(sockets, heartbeat, worker.session_id if worker else prelaunch.new_id())
+    _responder = _Responder(_bound, info, context)
+    _responder.start()
+
+
+def session_id() -> str | None:
+    """The session id the early answers carried, which the proxy keeps; None if nothing was bound."""
+    return _bound.session_id if _bound else None
+
+
+def take() -> Bound | None:
+    """Stop answering and hand everything over (once); None when nothing was bound early."""
+    global _bound, _responder
+    if _bound is None:
+        return None
+    _responder.stop()
+    taken, _bound, _responder = _bound, None, None
+    return taken
