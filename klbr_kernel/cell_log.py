@@ -53,7 +53,7 @@ class CellLog:
     def output(self, req: Request, msg_type: str, content) -> None:
         """`content` is the message's content frame (a zmq.Frame or bytes), recorded as sent."""
         if req.record is not None:
-            self.store.output(req.record, msg_type, content.bytes if hasattr(content, "bytes") else bytes(content))
+            self.store.output(req.record, msg_type, content)
 
     def finish(self, req: Request, content: dict, done: Callable[[StoreError | None], None]) -> None:
         """The outcome of a recorded cell, `content` being the reply the frontend gets."""

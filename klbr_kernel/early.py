@@ -196,7 +196,7 @@ def start(argv: list[str]) -> None:
             info = json.load(f)
         context = zmq.Context.instance()
         sockets, heartbeat = bind(info, context)
-    except Exception:
+    except (OSError, TypeError, ValueError, KeyError, zmq.ZMQError):  # no file, bad JSON, port taken
         return
     worker = prelaunch.current()
     # The session the frontend will see throughout: the prelaunched worker already speaks as it.

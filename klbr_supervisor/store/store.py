@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode, default
@@ -27,6 +28,9 @@ from .records import CellRecord
 from .recovery import recover_orphans
 from .schema import migrate
 from .writer import Writer
+
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # bytes, or a zmq.Frame as received
 
 log = logging.getLogger(__name__)
 
@@ -211,8 +215,9 @@ class Store(LoggingConfigurable):
         if not self._direct(insert, committed):
             self._submit(insert, committed, resuming=True)
 
-    def output(self, cell: CellRecord, msg_type: str, content: bytes) -> None:
-        """Queue one iopub output of `cell` (its content JSON as sent); bounded per cell."""
+    def output(self, cell: CellRecord, msg_type: str, content: Buffer) -> None:
+        """Queue one iopub output of `cell` (its content JSON as sent, bytes or a received frame);
+        bounded per cell. Past the bound nothing is copied: only the length is counted."""
         if cell.truncated:
             cell.output_bytes += len(content)
             return
@@ -223,7 +228,7 @@ class Store(LoggingConfigurable):
         cell.output_bytes += len(content)
         cell.seq += 1
         seq = cell.seq
-        text = content.decode("utf-8", "replace")
+        text = str(content, "utf-8", "replace")  # straight from the frame's buffer
 
         def insert(c: sqlite3.Connection) -> None:
             if cell.id is not None:
