@@ -2,9 +2,9 @@
 
 import sys
 
-from .cli import COMMANDS
-
-if len(sys.argv) > 1 and sys.argv[1] in COMMANDS:
+# A command word (`install`, `sessions`, ...) is the CLI; options (`-f FILE`) are the kernel, which
+# must not pay for the CLI's imports before its first worker is spawned.
+if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
     from .cli import main
 else:
     # Before any heavy import: the first worker starts now, in parallel with ours.

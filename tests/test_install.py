@@ -1,8 +1,9 @@
-"""Installing: the wheel ships the kernelspec as shared data; `klbr-kernel install` writes it."""
+"""Installing: the wheel ships every module and the kernelspec as shared data; `klbr-kernel install` writes it."""
 
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -12,8 +13,11 @@ ROOT = Path(__file__).parent.parent
 
 
 def test_the_wheel_ships_the_kernelspec_as_shared_data(tmp_path):
+    # From a copy of the sources: a stale build/ directory would hide what the wheel leaves out.
+    source = tmp_path / "source"
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", "build", ".git", "*.egg-info", "__pycache__"))
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(source)],
         check=True,
     )
     (wheel,) = tmp_path.glob("klbr_kernel-*.whl")
@@ -23,6 +27,9 @@ def test_the_wheel_ships_the_kernelspec_as_shared_data(tmp_path):
     spec = json.loads(zipfile.ZipFile(wheel).read(next(n for n in shared if n.endswith("kernel.json"))))
     assert spec["argv"][1:] == ["-m", "klbr_kernel", "-f", "{connection_file}"]
     assert spec["interrupt_mode"] == "message" and spec["display_name"] == "Python 3 (klbr)"
+    # Every module of both packages, subpackages included (`pip install klbr-kernel` gets no other).
+    modules = {str(p.relative_to(ROOT)) for pkg in ("klbr_kernel", "klbr_supervisor") for p in (ROOT / pkg).rglob("*.py")}
+    assert modules - set(names) == set()
 
 
 def test_install_writes_an_absolute_interpreter_path(tmp_path):
