@@ -397,7 +397,10 @@ class Supervisor(LoggingConfigurable):
         self.store.generation_started(gen.number, gen.placement, identity, gen.pid)
 
     def _ended(self, gen: Generation, ending: Ending) -> None:
-        self.log.warning("generation %d (pid %s) ended: %s, %s", gen.number, gen.pid, ending.reason.value, ending.how)
+        # Asked for (a shutdown, a restart): news, not a warning in the server's log at every exit.
+        asked = ending.reason in (EndReason.SHUTDOWN, EndReason.RESTART)
+        (self.log.info if asked else self.log.warning)(
+            "generation %d (pid %s) ended: %s, %s", gen.number, gen.pid, ending.reason.value, ending.how)
         if gen.state_was_ready:
             self.store.generation_ended(gen.number, f"{ending.reason.value}: {ending.how}")
         if gen is self.spare:

@@ -140,6 +140,24 @@ def test_shutdown_replies_fast_and_leaves_nothing_behind():
     assert not left, left
 
 
+def test_a_routine_session_puts_no_warning_in_the_log(tmp_path):
+    # Start, a cell, the warm spare, shutdown: what a Jupyter server's log shows of klbr.
+    km = KernelManager(kernel_name="klbr")
+    with open(tmp_path / "kernel.log", "w") as stderr:
+        km.start_kernel(stderr=stderr)
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=60)
+        execute(kc, "1 + 1")
+        time.sleep(2)  # the spare starts a second after the first generation is ready
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel()
+    log = (tmp_path / "kernel.log").read_text()
+    assert "WARNING" not in log and "ERROR" not in log, log
+
+
 def test_sigterm_to_the_proxy_ends_its_workers():
     with start_kernel() as (km, kc):
         pid = worker_pid(kc)
