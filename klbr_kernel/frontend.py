@@ -132,12 +132,12 @@ class Frontend:
     def reply(self, channel: str, idents: list, msg_type: str, content: dict, parent: dict, metadata: dict | None = None) -> None:
         """Send the proxy's own reply to the frontend that asked."""
         msg = self.session.msg(msg_type, content, parent=parent, metadata=metadata)
-        self._channels[channel].send(idents + self.session.serialize(msg))
+        self._channels[channel].send(idents + self.session.serialize(msg), copy=True)
 
     def send_iopub(self, msg_type: str, content: dict, parent: dict | None, topic: bytes | None = None) -> None:
         msg = self.session.msg(msg_type, content, parent=parent or {})
         prefix = [topic] if topic else [f"kernel.klbr.{msg_type}".encode()]
-        self._channels["iopub"].send(prefix + self.session.serialize(msg))
+        self._channels["iopub"].send(prefix + self.session.serialize(msg), copy=True)
 
     def status(self, state: str, parent: dict) -> None:
         self.send_iopub("status", {"execution_state": state}, parent)

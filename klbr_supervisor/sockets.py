@@ -44,19 +44,16 @@ class Channel:
         # Messages may already be queued; the FD only signals edges.
         self._schedule()
 
-    def send(self, frames: Sequence) -> bool:
-        """Send one multipart message without blocking; False when it was dropped.
-
-        Received frames (`zmq.Frame`) go on without a copy; bytes are copied, which pyzmq does below
-        64 KiB even when asked not to, only by a slower path."""
+    def send(self, frames: Sequence, *, copy: bool = False) -> bool:
+        """Send one multipart message without blocking; False when it was dropped."""
         if self.closed:
             return False
         send = self.socket.send
         try:
             # A multipart message is queued atomically: if the first part goes, all parts go.
             for frame in frames[:-1]:
-                send(frame, _NOBLOCK | _SNDMORE)
-            send(frames[-1], _NOBLOCK)
+                send(frame, _NOBLOCK | _SNDMORE, copy=copy)
+            send(frames[-1], _NOBLOCK, copy=copy)
         except zmq.Again:
             log.warning("%s: send queue full, message dropped", self.name)
             return False
@@ -93,7 +90,6 @@ class Channel:
     def _drain_batch(self) -> bool:
         """Deliver up to one batch; True when more may be waiting."""
         sock = self.socket
-        recv = sock.recv
         for _ in range(_BATCH):
             if self.closed:
                 return False
@@ -101,13 +97,7 @@ class Channel:
                 # Ask first: a failed non-blocking recv raises, and exceptions cost more than asking.
                 if not sock.getsockopt(_EVENTS) & _POLLIN:
                     return False
-                # Not recv_multipart: it asks the socket for RCVMORE after each frame (an enum
-                # conversion in pyzmq each time); a frame knows whether more follow.
-                frame = recv(_NOBLOCK, copy=False)
-                frames = [frame]
-                while frame.more:
-                    frame = recv(_NOBLOCK, copy=False)  # a message arrives whole: the rest is here
-                    frames.append(frame)
+                frames = sock.recv_multipart(_NOBLOCK, copy=False)
             except zmq.Again:
                 return False
             except zmq.ZMQError as e:
