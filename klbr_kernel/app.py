@@ -59,12 +59,7 @@ class KlbrKernelApp(JupyterApp):
         session_id = early.session_id() or (worker.session_id if worker else None)
         if session_id is not None:
             session.session = session_id
-        if os.environ.get("KLBR_UVLOOP"):
-            import uvloop
-            with asyncio.Runner(loop_factory=uvloop.new_event_loop) as r:
-                r.run(self._serve(info, session))
-        else:
-            asyncio.run(self._serve(info, session))
+        asyncio.run(self._serve(info, session))
 
     async def _serve(self, info: dict, session: Session) -> None:
         # jupyter_server names the notebook a kernel serves; the cell log keys history by it.
