@@ -85,21 +85,26 @@ class _Responder(threading.Thread):
         key = info.get("key", "").encode()
         scheme = info.get("signature_scheme", "hmac-sha256")
         self._auth = hmac.new(key, digestmod=scheme.split("-", 1)[1]) if key else None
-        self._halt_url = f"inproc://klbr-early-{id(self)}"
+        # Both ends connected before the thread starts (which hands its end over), so a stop is
+        # never sent to a pair that is not there yet.
+        url = f"inproc://klbr-early-{id(self)}"
         self._halt = context.socket(zmq.PAIR)
-        self._halt.bind(self._halt_url)
-        self._context = context
+        self._halt.bind(url)
+        self._halted = context.socket(zmq.PAIR)
+        self._halted.connect(url)
 
     def stop(self) -> None:
         """From the main thread: end the thread and wait for it."""
-        self._halt.send(b"")
+        try:
+            self._halt.send(b"", zmq.NOBLOCK)
+        except zmq.ZMQError:
+            pass  # the thread has ended already (its end of the pair is closed)
         self.join()
         self._halt.close(linger=0)
 
     def run(self) -> None:
         sockets = self._bound.sockets
-        stop = self._context.socket(zmq.PAIR)
-        stop.connect(self._halt_url)
+        stop = self._halted
         poller = zmq.Poller()
         poller.register(stop, zmq.POLLIN)
         for name in ("shell", "control", "iopub"):
@@ -115,7 +120,11 @@ class _Responder(threading.Thread):
                     sock = sockets[name]
                     if sock in ready:
                         frames = sock.recv_multipart(copy=False)
-                        if not self._answered(name, frames):
+                        try:
+                            answered = self._answered(name, frames)
+                        except Exception:  # whatever it is, the Frontend handles it, and reports it
+                            answered = False
+                        if not answered:
                             self._bound.kept.append((name, frames))
                             poller.unregister(sock)  # the rest waits in the socket, in order
         finally:
