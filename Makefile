@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml
 # PYTHONDONTWRITEBYTECODE, and compiling them again costs every kernel start ~100 ms. Both places
 # they are imported from: the source tree (python -m from here) and the strict install's link tree.
 bytecode: $(STAMP)
-	$(BIN)/python -m compileall -q klbr_kernel klbr_supervisor build/__editable__.*
+	$(BIN)/python -m compileall -q klbr_kernel klbr_supervisor $(wildcard build/__editable__.*)
 
 demo: bytecode
 	$(BIN)/python notebooks/run.py notebooks/tour.ipynb
