@@ -4,10 +4,12 @@
 (jupyter_client, traitlets, asyncio: about 200 ms here). Two things follow. A client that connected
 before the bind is not left waiting for its next reconnect attempt (libzmq retries every 100 ms).
 And a thread answers kernel_info_request, which `wait_for_ready`, nbclient and JupyterLab send
-first, so the kernel answers within tens of milliseconds of its start.
+first, so the kernel answers once its sockets are bound (about 0.13 s after exec here), not after
+its imports.
 
-The thread answers nothing else, besides greeting iopub subscribers (JEP 65 iopub_welcome). The first other message on a channel is kept, and the thread stops
-reading that channel, so what follows stays queued in its socket, in order. When the proxy binds,
+Besides that, the thread only greets iopub subscribers (JEP 65 iopub_welcome). The first other
+message on a channel is kept, and the thread stops reading that channel, so what follows stays
+queued in its socket, in order. When the proxy binds,
 its `Frontend` calls `take`: the thread stops and the `Frontend` receives the sockets, the kept
 messages (to handle before anything newer) and the signatures already answered (for its replay
 check). Only `take` ends the thread; until then it alone touches the sockets.
