@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import shutil
 import tempfile
-from dataclasses import dataclass, field
 from typing import Protocol
 
 import zmq
@@ -21,8 +20,9 @@ from traitlets.config import LoggingConfigurable
 from . import prelaunch
 from .generation import Generation
 from .launch import PRELAUNCHED
-from .policy import Deadline, Policy
+from .policy import Policy
 from .reaper import Reaper
+from .running import RunningCell
 from .states import Ending, EndReason
 from .store import Store
 from .wire import Wire
@@ -42,22 +42,6 @@ class WorkerListener(Protocol):
 
     def generation_ended(self, generation: Generation, ending: Ending) -> None:
         """The current `generation` ended; everything it sent before was delivered first."""
-
-
-@dataclass(eq=False)
-class RunningCell:
-    """The execute running on a generation, as far as deadlines and the ladder care."""
-
-    msg_id: str
-    code: str
-    generation: Generation
-    timeout: float | None  # a `%%klbr timeout=` override
-    deadline: Deadline | None = None
-    started: bool = False  # the worker reported busy for it
-    finished: asyncio.Event = field(default_factory=asyncio.Event)
-    interrupted: bool = False
-    timed_out: bool = False
-    timer: asyncio.TimerHandle | None = None
 
 
 class Supervisor(LoggingConfigurable):
@@ -250,12 +234,11 @@ class Supervisor(LoggingConfigurable):
         if counts and gen.next_count != self._count + 1:
             gen.sync_count(self._count, self._texts)
             self._texts = {}
-        cell = RunningCell(msg_id, code, gen, timeout)
+        cell = RunningCell(msg_id, code, gen, timeout, self._deadline_passed)
         self._cell = cell
         # Provisional: a worker that hangs at once (holding the GIL) never reports busy, and its
         # deadline must still come. `cell_started` starts the clock again from busy.
-        cell.deadline = self.policy.deadline_for(timeout)
-        self._arm(cell)
+        cell.clock(self.policy.deadline_for(timeout))
         return gen.send("shell", frames)
 
     @property
@@ -285,23 +268,12 @@ class Supervisor(LoggingConfigurable):
         cell.started = True
         cell.generation.mark_busy(True)
         if cell.deadline is not None:
-            if cell.timer is not None:
-                cell.timer.cancel()
-            cell.deadline = self.policy.deadline_for(cell.timeout)
-            self._arm(cell)
+            cell.clock(self.policy.deadline_for(cell.timeout))
 
     def cell_input(self, waiting: bool) -> None:
         """The running cell asked for input (the deadline pauses) or got its answer (it resumes)."""
-        cell = self._cell
-        if cell is None or cell.deadline is None:
-            return
-        if waiting:
-            cell.deadline.pause()
-            if cell.timer is not None:
-                cell.timer.cancel()
-        else:
-            cell.deadline.resume()
-            self._arm(cell)
+        if self._cell is not None:
+            self._cell.waiting_for_input(waiting)
 
     def cell_finished(self, msg_id: str) -> None:
         """The execute ended with a reply from its worker (not a loss)."""
@@ -309,9 +281,7 @@ class Supervisor(LoggingConfigurable):
         if cell is None or cell.msg_id != msg_id:
             return
         self._cell = None
-        cell.finished.set()
-        if cell.timer is not None:
-            cell.timer.cancel()
+        cell.end()
         self.policy.note_outcome(cell.code, lost=False)
         cell.generation.mark_busy(False)
 
@@ -331,17 +301,7 @@ class Supervisor(LoggingConfigurable):
             cell.interrupted = True
             self._tg.create_task(self._kill_unless_finished(cell, EndReason.KILLED))
 
-    def _arm(self, cell: RunningCell) -> None:
-        if cell.deadline is not None and not cell.deadline.paused:
-            loop = asyncio.get_running_loop()
-            cell.timer = loop.call_later(max(0.0, cell.deadline.remaining()), self._deadline_passed, cell)
-
     def _deadline_passed(self, cell: RunningCell) -> None:
-        if cell.finished.is_set() or cell.timed_out:
-            return
-        if cell.deadline.remaining() > 0:  # resumed after a pause: not yet
-            self._arm(cell)
-            return
         self.log.warning("cell %s passed its deadline of %.0f s", cell.msg_id, cell.deadline.seconds)
         cell.timed_out = True
         cell.interrupted = True
@@ -411,9 +371,7 @@ class Supervisor(LoggingConfigurable):
         cell = self._cell
         if cell is not None and cell.generation is gen:
             self._cell = None
-            cell.finished.set()
-            if cell.timer is not None:
-                cell.timer.cancel()
+            cell.end()
             if ending.reason is EndReason.LOST:
                 self.policy.note_outcome(cell.code, lost=True)
         self.current = None

@@ -1,0 +1,71 @@
+"""The execute running on a generation, as far as deadlines and the interrupt ladder care.
+
+Its deadline clock (DESIGN.md semantics 11) runs provisionally from the send (a worker that hangs at
+once never reports busy), starts again at busy, and pauses while the cell waits for `input()`. When
+it runs out, `on_deadline(cell)` is called on the loop; the `Supervisor` carries out the ladder.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .generation import Generation
+    from .policy import Deadline
+
+
+@dataclass(eq=False)
+class RunningCell:
+    msg_id: str
+    code: str
+    generation: Generation
+    timeout: float | None  # a `%%klbr timeout=` override
+    on_deadline: Callable[[RunningCell], None]
+    deadline: Deadline | None = None
+    started: bool = False  # the worker reported busy for it
+    finished: asyncio.Event = field(default_factory=asyncio.Event)
+    interrupted: bool = False
+    timed_out: bool = False
+    timer: asyncio.TimerHandle | None = None
+
+    def clock(self, deadline: Deadline | None) -> None:
+        """Run the deadline clock afresh with `deadline` (None: the cell has no deadline)."""
+        self._disarm()
+        self.deadline = deadline
+        self._arm()
+
+    def waiting_for_input(self, waiting: bool) -> None:
+        """The clock pauses while the cell waits for `input()` and resumes with the answer."""
+        if self.deadline is None:
+            return
+        if waiting:
+            self.deadline.pause()
+            self._disarm()
+        else:
+            self.deadline.resume()
+            self._arm()
+
+    def end(self) -> None:
+        """It ended (a reply, or the end of its generation): nothing waits on it any more."""
+        self.finished.set()
+        self._disarm()
+
+    def _arm(self) -> None:
+        if self.deadline is not None and not self.deadline.paused:
+            loop = asyncio.get_running_loop()
+            self.timer = loop.call_later(max(0.0, self.deadline.remaining()), self._ring)
+
+    def _disarm(self) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+
+    def _ring(self) -> None:
+        if self.finished.is_set() or self.timed_out:
+            return
+        if self.deadline.remaining() > 0:  # resumed after a pause: not yet
+            self._arm()
+            return
+        self.on_deadline(self)
