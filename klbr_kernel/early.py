@@ -55,6 +55,8 @@ def bind(info: dict, context: zmq.Context) -> tuple[dict[str, zmq.Socket], Heart
             sock.linger = 1000
             if kind == zmq.ROUTER:
                 sock.router_handover = 1  # a reconnecting client takes over its identity
+                if name == "stdin":
+                    sock.router_mandatory = 1  # say when the frontend is not there (see `stdin`)
             else:
                 # Report every subscription, not only the first per topic, so a frontend that
                 # connects while another is attached still gets its iopub_welcome.

@@ -142,6 +142,7 @@ class Frontend:
     def status(self, state: str, parent: dict) -> None:
         self.send_iopub("status", {"execution_state": state}, parent)
 
-    def forward(self, channel: str, idents: list, frames: list) -> None:
-        """Frames already signed with the frontend's key: sent as they are."""
-        self._channels[channel].send(idents + frames)
+    def forward(self, channel: str, idents: list, frames: list) -> bool:
+        """Frames already signed with the frontend's key: sent as they are. False when dropped,
+        or, on stdin, when no frontend of that identity is connected (see `stdin`)."""
+        return self._channels[channel].send(idents + frames)

@@ -29,6 +29,7 @@ from .queue import ShellQueue
 from .replies import Replies
 from .requests import OWN, QUEUED, SUBSHELL, Request, content_problem
 from .status import magic_output
+from .stdin import StdinRelay
 
 log = logging.getLogger(__name__)
 
@@ -47,6 +48,8 @@ class Proxy:
         self.cell_log = CellLog(self.supervisor.store)
         self.replies = Replies(self.frontend, session, self.supervisor.store)
         self.queue = ShellQueue()
+        self.stdin = StdinRelay(self.frontend, self.supervisor, session,
+                                lambda req, text: self._publish_output(req, "stream", {"name": "stderr", "text": text}))
         self._told_unrecorded = False
         self.generation: Generation | None = None
         # Requests sent to the current generation and not yet finished (reply and idle), by msg_id.
@@ -82,9 +85,7 @@ class Proxy:
 
     def _frontend_message(self, channel: str, wire: Wire) -> None:
         if channel == "stdin":
-            # input_reply: to the worker that asked. Never recorded (getpass answers stay secret).
-            self.supervisor.cell_input(False)
-            self.supervisor.send("stdin", wire.frames())
+            self.stdin.to_worker(wire.frames())
             return
         try:
             req = Request.decode(channel, wire)
@@ -335,9 +336,7 @@ class Proxy:
         if channel == "stdin":
             req = req or self._last_execute
             if req is not None:
-                if wire.msg_type == "input_request":
-                    self.supervisor.cell_input(True)
-                self.frontend.forward("stdin", req.idents, wire.frames())
+                self.stdin.to_frontend(req, wire)
             return
         if req is None:
             log.debug("reply to an unknown request dropped: %s", wire.msg_type)

@@ -81,6 +81,7 @@ class Generation:
         self._probe_ids: set[str] = set()
         self._probe_replied = False
         self._iopub_seen = False
+        self._stdin_watch: Channel | None = None  # until stdin's connection is up (see `_connect`)
         self._end_reason: EndReason | None = None
         self._drain_task: asyncio.Task | None = None
         self.next_count = 1  # the execution count the worker will give its next counted cell
@@ -92,7 +93,7 @@ class Generation:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def start(self, timeout: float) -> bool:
-        """Launch the worker and wait until it answers kernel_info with its iopub connected.
+        """Launch the worker and wait until it answers kernel_info with its iopub and stdin connected.
 
         True when ready; False when it ended first (the `Ending` says why, START_FAILED).
         """
@@ -242,10 +243,37 @@ class Generation:
                 # ipykernel sends input_request to the identity the execute came from on shell, so
                 # shell and stdin must share one (as jupyter_client's clients do).
                 sock.setsockopt(zmq.IDENTITY, self._session.bsession)
+            if name == "stdin":
+                self._watch_stdin(sock)
             sock.connect(f"ipc://{info['ip']}-{info[name + '_port']}")
             self._channels[name] = Channel(
                 f"gen{self.number}.{name}", sock, lambda frames, n=name: self._received(n, frames)
             )
+
+    def _watch_stdin(self, sock: zmq.Socket) -> None:
+        """Hold readiness until stdin's connection is up.
+
+        The worker's stdin is a ROUTER, which drops a message for a peer it does not know yet: an
+        input_request sent before our connection is made would be lost, and the cell would wait
+        for an answer forever. Our sockets connect before the worker binds and then retry on
+        their own 100-200 ms timers, while ipykernel can answer on shell ~100 ms after binding.
+        So shell answering proves nothing about stdin (shell and stdin DEALERs queue what we send
+        until connected; only the worker's stdin sends to us unasked).
+        """
+        monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
+
+        def connected(_frames: list) -> None:
+            self._stop_watching_stdin(sock)
+            self._check_ready()
+
+        self._stdin_watch = Channel(f"gen{self.number}.stdin-monitor", monitor, connected)
+
+    def _stop_watching_stdin(self, sock: zmq.Socket | None = None) -> None:
+        if self._stdin_watch is not None:
+            if sock is not None:
+                sock.disable_monitor()
+            self._stdin_watch.close()
+            self._stdin_watch = None
 
     def _probe(self) -> None:
         """Ask kernel_info; readiness is its reply plus proof that iopub is subscribed."""
@@ -280,11 +308,12 @@ class Generation:
         self._on_message(self, channel, wire)
 
     def _check_ready(self) -> None:
-        if self._ready.done():
+        if self._ready.done() or not self._probe_replied:
             return
-        if self._probe_replied and self._iopub_seen:
-            self._ready.set_result(None)
-        elif self._probe_replied:
+        if self._iopub_seen:
+            if self._stdin_watch is None:
+                self._ready.set_result(None)
+        else:
             # Replied before our subscription reached its iopub (a kernel without iopub_welcome):
             # ask again; the status of that request proves iopub works.
             self._loop.call_later(0.05, self._probe_if_waiting)
@@ -329,6 +358,7 @@ class Generation:
             return
         self.ending = ending
         self._set_state(GenerationState.ENDED, f"{ending.reason.value}: {ending.how}")
+        self._stop_watching_stdin()
         for ch in self._channels.values():
             ch.close()
         if self.pgid:

@@ -45,7 +45,10 @@ class Channel:
         self._schedule()
 
     def send(self, frames: Sequence, *, copy: bool = False) -> bool:
-        """Send one multipart message without blocking; False when it was dropped."""
+        """Send one multipart message without blocking; False when it was dropped.
+
+        On a ROUTER_MANDATORY socket, False without a word when the peer is not connected: the
+        caller decides what that means."""
         if self.closed:
             return False
         send = self.socket.send
@@ -58,7 +61,8 @@ class Channel:
             log.warning("%s: send queue full, message dropped", self.name)
             return False
         except zmq.ZMQError as e:
-            log.warning("%s: send failed: %s", self.name, e)
+            if e.errno != zmq.EHOSTUNREACH:
+                log.warning("%s: send failed: %s", self.name, e)
             return False
         finally:
             # A send can consume the FD's edge for messages that arrived meanwhile.

@@ -19,7 +19,7 @@ TEST_KERNELS = HERE / "kernels"
 
 
 BEHAVIOURS = ("sigkill", "exit", "segfault", "ignore-sigint", "hang-in-c", "die-in-output", "complete",
-              "exit-after-reply")
+              "exit-after-reply", "late-stdin")
 _SPECS = tempfile.TemporaryDirectory(prefix="klbr-test-specs-")
 
 
@@ -51,14 +51,15 @@ def misbehaving(behaviour: str, *options: str):
 
 
 @contextmanager
-def start_kernel(name: str = "klbr", extra_arguments: list[str] | None = None, env: dict | None = None):
+def start_kernel(name: str = "klbr", extra_arguments: list[str] | None = None, env: dict | None = None,
+                 stdin: bool = True):
     km = KernelManager(kernel_name=name)
     kw = {}
     if env is not None:
         kw["env"] = {**os.environ, **env}
     km.start_kernel(extra_arguments=extra_arguments or [], **kw)
     kc = km.client()
-    kc.start_channels()
+    kc.start_channels(stdin=stdin)
     try:
         kc.wait_for_ready(timeout=60)
         yield km, kc

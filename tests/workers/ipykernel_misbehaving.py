@@ -4,6 +4,9 @@
 
 The kernel runs cells normally; the cell `misbehave()` triggers BEHAVIOUR (for "complete", the first
 complete_request does, once per MARKER file). Each behaviour is a way real workers die or hang.
+"late-stdin" misbehaves at start-up instead: stdin is bound last, just before the kernel serves,
+as a slow machine can make any worker do (the supervisor's connection to it is then still waiting
+on its retry timer when shell already answers).
 """
 
 from __future__ import annotations
@@ -71,7 +74,21 @@ class MisbehavingKernel(IPythonKernel):
         return super().do_complete(code, cursor_pos)
 
 
+class MisbehavingApp(IPKernelApp):
+    def init_sockets(self):
+        super().init_sockets()
+        if BEHAVIOUR == "late-stdin":
+            self._stdin_url = self.stdin_socket.last_endpoint
+            self.stdin_socket.unbind(self._stdin_url)
+
+    def start(self):
+        if BEHAVIOUR == "late-stdin":
+            time.sleep(0.3)  # the supervisor's stdin is now between connection attempts
+            self.stdin_socket.bind(self._stdin_url)
+        super().start()
+
+
 if __name__ == "__main__":
     if BEHAVIOUR == "ignore-sigint":
         signal.signal(signal.SIGINT, signal.SIG_IGN)
-    IPKernelApp.launch_instance(kernel_class=MisbehavingKernel)
+    MisbehavingApp.launch_instance(kernel_class=MisbehavingKernel)
