@@ -292,6 +292,23 @@ def test_eight_kernels_share_one_file_without_losing_a_row(tmp_path):
     assert conn.execute("SELECT count(*) FROM outputs").fetchone()[0] == 1600
 
 
+def test_a_kernel_keeps_recording_after_another_kernel_on_its_file_shuts_down(tmp_path):
+    # Two notebooks on the default store: closing one must not cost the other its log. (A kernel
+    # that dropped its own file locks let the other, closing last as it believed, delete the WAL.)
+    db = tmp_path / "shared.sqlite3"
+    with kernel_on(db) as (_, kc):
+        execute(kc, "print('before')")
+        with kernel_on(db) as (_, kc2):
+            execute(kc2, "print('other')")
+        reply, _ = execute(kc, "print('after')")
+        assert reply["content"]["status"] == "ok"
+        rows = _db(db).execute("SELECT code, status FROM cells ORDER BY id").fetchall()
+        assert [tuple(r) for r in rows] == [("print('before')", "ok"), ("print('other')", "ok"),
+                                             ("print('after')", "ok")]
+        texts = [r[0] for r in _db(db).execute("SELECT content FROM outputs ORDER BY cell_id")]
+        assert [json.loads(t)["text"] for t in texts] == ["before\n", "other\n", "after\n"]
+
+
 def test_prune_deletes_old_ended_sessions_only(tmp_path):
     db = tmp_path / "log.sqlite3"
     with kernel_on(db) as (km, kc):

@@ -136,7 +136,13 @@ class Store(LoggingConfigurable):
         path = Path(self.path)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         # Created 0600 before SQLite sees it: cells hold code and outputs. WAL/SHM files follow it.
-        os.close(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+        # Only when it does not exist: closing any descriptor of an open database drops this
+        # process's POSIX locks on it, and another process closing its last connection would then
+        # believe it the last one, checkpoint, and delete the WAL we still write to.
+        try:
+            os.close(os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600))
+        except FileExistsError:
+            pass
         timeout = self.busy_timeout if busy_timeout is None else busy_timeout
         conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
         fstype = filesystem_type(path)
@@ -323,7 +329,9 @@ class Store(LoggingConfigurable):
 
     def _pause(self, error: StoreError | None) -> None:
         if error is not None:
-            log.error("klbr store paused: %s", error)
+            # Which write failed (the writer names it), for whoever reads the log after the fact.
+            write = getattr(error.cause, "klbr_write", None)
+            log.error("klbr store paused: %s%s", error, f" (in {write})" if write else "")
         self.paused = error
         self.on_pause(error)
 

@@ -30,12 +30,15 @@ CHECKPOINT_EVERY = 200
 
 def _commit(conn: sqlite3.Connection, applies: Iterable[Apply]) -> Exception | None:
     """Apply in one transaction (already begun); the error that rolled it back, or None."""
+    apply = None
     try:
         for apply in applies:
             apply(conn)
+        apply = None
         conn.execute("COMMIT")
         return None
     except (sqlite3.Error, OSError) as e:
+        e.klbr_write = apply.__qualname__ if apply is not None else "COMMIT"  # for the log: which write failed
         try:
             conn.execute("ROLLBACK")  # an I/O error may leave the transaction open
         except sqlite3.Error:
