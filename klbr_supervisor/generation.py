@@ -81,7 +81,7 @@ class Generation:
         self._probe_ids: set[str] = set()
         self._probe_replied = False
         self._iopub_seen = False
-        self._stdin_watch: Channel | None = None  # until stdin's connection is up (see `_connect`)
+        self._stdin_watch: Channel | None = None  # until stdin's connection is up (see `_watch_stdin`)
         self._end_reason: EndReason | None = None
         self._drain_task: asyncio.Task | None = None
         self.next_count = 1  # the execution count the worker will give its next counted cell
