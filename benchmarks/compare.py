@@ -13,6 +13,7 @@ import platform
 import statistics
 import sys
 import tempfile
+from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 
@@ -69,13 +70,20 @@ def main() -> None:
                 add(label, "start → kernel_info (s)", info)
                 add(label, "start → first cell (s)", first)
         trivial_cells({**order, **EXPLAIN}, args.cells, add)
-        for label, name in order.items():
-            with kernel(name) as (km, kc):
+        with ExitStack() as stack:
+            running = {label: stack.enter_context(kernel(name)) for label, name in order.items()}
+            for _, kc in running.values():
                 run_cell(kc, "pass")
-                code = (f"import sys\nchunk = 'x' * 65536\nfor _ in range({args.output_mib * 16}):\n"
-                        "    sys.stdout.write(chunk)\nsys.stdout.flush()")
-                add(label, f"{args.output_mib} MiB output in 64 KiB writes (s)", run_cell(kc, code))
-                add(label, "100 000 print() calls (s)", run_cell(kc, "for i in range(100_000):\n    print(i)"))
+            # One output cell is a noisy sample (the ratio moved by +-0.15 between runs):
+            # three per kernel per round, taking turns cell by cell.
+            code = (f"import sys\nchunk = 'x' * 65536\nfor _ in range({args.output_mib * 16}):\n"
+                    "    sys.stdout.write(chunk)\nsys.stdout.flush()")
+            for _ in range(3):
+                for label, (_, kc) in running.items():
+                    add(label, f"{args.output_mib} MiB output in 64 KiB writes (s)", run_cell(kc, code))
+                for label, (_, kc) in running.items():
+                    add(label, "100 000 print() calls (s)", run_cell(kc, "for i in range(100_000):\n    print(i)"))
+            for label, (km, kc) in running.items():
                 if label == "klbr":
                     add(label, "proxy RSS (MiB)", rss_mib(km.provisioner.process.pid))
                 add(label, "worker RSS (MiB)", rss_mib(pid_of_worker(kc)))

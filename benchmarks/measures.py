@@ -110,6 +110,11 @@ def startup(name: str) -> tuple[float, float]:
         while kc.get_shell_msg(timeout=60)["parent_header"].get("msg_id") != msg_id:
             pass
         info = time.perf_counter() - start
+        # A PUB drops what nobody has subscribed to yet: if iopub's subscription were still on its
+        # way, the first cell's idle would be lost (a bench run once hung on plain ipykernel so).
+        # Wait, as wait_for_ready does, for the first iopub message: kernel_info's status or the
+        # iopub_welcome.
+        kc.get_iopub_msg(timeout=60)
         run_cell(kc, "pass")
         first = time.perf_counter() - start
     finally:
