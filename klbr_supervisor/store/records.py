@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass(eq=False)
@@ -20,4 +20,3 @@ class CellRecord:
     seq: int = 0
     output_bytes: int = 0
     truncated: bool = False
-    failed: BaseException | None = field(default=None, repr=False)

@@ -8,73 +8,74 @@ from __future__ import annotations
 
 import sqlite3
 
-# Each entry takes the schema from version i to i + 1.
-MIGRATIONS: list[str] = [
-    """
-    CREATE TABLE sessions (
-        id INTEGER PRIMARY KEY,
-        uuid TEXT NOT NULL UNIQUE,          -- the kernel's header.session toward the frontend
-        notebook TEXT,                      -- JPY_SESSION_NAME, when the frontend gives one
-        kernel TEXT,                        -- kernelspec name
-        host TEXT NOT NULL,
-        pid INTEGER NOT NULL,               -- the proxy's
-        started TEXT NOT NULL,
-        ended TEXT
-    );
-    CREATE INDEX sessions_notebook ON sessions (notebook, id);
-    CREATE TABLE generations (
-        id INTEGER PRIMARY KEY,
-        session_id INTEGER NOT NULL REFERENCES sessions (id),
-        number INTEGER NOT NULL,
-        placement TEXT NOT NULL,
-        identity TEXT,                      -- JSON: interpreter, hostname, ...
-        pid INTEGER,
-        started TEXT NOT NULL,
-        ended TEXT,
-        end_reason TEXT,                    -- e.g. "lost: killed by signal 9 (SIGKILL)"
-        UNIQUE (session_id, number)
-    );
-    CREATE TABLE cells (
-        id INTEGER PRIMARY KEY,
-        session_id INTEGER NOT NULL REFERENCES sessions (id),
-        generation INTEGER,                 -- generations.number within the session
-        msg_id TEXT NOT NULL,
-        client_session TEXT,                -- the frontend's header.session
-        execution_count INTEGER,
-        code TEXT NOT NULL,
-        status TEXT NOT NULL,               -- running ok error aborted interrupted killed timeout lost unknown refused
-        started TEXT NOT NULL,
-        finished TEXT,
-        error TEXT,                         -- "ename: evalue"
-        reply TEXT,                         -- the execute_reply content, JSON
-        output_bytes INTEGER NOT NULL DEFAULT 0,
-        outputs_truncated INTEGER NOT NULL DEFAULT 0
-    );
-    CREATE INDEX cells_session ON cells (session_id, id);
-    CREATE INDEX cells_msg ON cells (msg_id, client_session);
-    CREATE INDEX cells_status ON cells (status) WHERE status IN ('running', 'unknown');
-    CREATE TABLE outputs (
-        cell_id INTEGER NOT NULL REFERENCES cells (id),
-        seq INTEGER NOT NULL,
-        msg_type TEXT NOT NULL,             -- stream, display_data, execute_result, error, ...
-        content TEXT NOT NULL,              -- the iopub message content, JSON as sent
-        PRIMARY KEY (cell_id, seq)
-    ) WITHOUT ROWID;
-    CREATE TABLE events (
-        session_id INTEGER NOT NULL REFERENCES sessions (id),
-        seq INTEGER NOT NULL,
-        kind TEXT NOT NULL,                 -- generation_started, generation_ended, interrupt, ...
-        payload TEXT,                       -- JSON
-        time TEXT NOT NULL,
-        PRIMARY KEY (session_id, seq)
-    ) WITHOUT ROWID;
-    CREATE TABLE kv (
-        scope TEXT NOT NULL,
-        key TEXT NOT NULL,
-        value TEXT NOT NULL,                -- JSON
-        PRIMARY KEY (scope, key)
-    ) WITHOUT ROWID;
-    """,
+# Each entry takes the schema from version i to i + 1: its statements, one string each (never a script
+# split on ";", which a semicolon inside a statement or a comment would break).
+MIGRATIONS: list[tuple[str, ...]] = [
+    (
+        """CREATE TABLE sessions (
+            id INTEGER PRIMARY KEY,
+            uuid TEXT NOT NULL UNIQUE,          -- the kernel's header.session toward the frontend
+            notebook TEXT,                      -- JPY_SESSION_NAME, when the frontend gives one
+            kernel TEXT,                        -- kernelspec name
+            host TEXT NOT NULL,
+            pid INTEGER NOT NULL,               -- the proxy's
+            started TEXT NOT NULL,
+            ended TEXT
+        )""",
+        """CREATE INDEX sessions_notebook ON sessions (notebook, id)""",
+        """CREATE TABLE generations (
+            id INTEGER PRIMARY KEY,
+            session_id INTEGER NOT NULL REFERENCES sessions (id),
+            number INTEGER NOT NULL,
+            placement TEXT NOT NULL,
+            identity TEXT,                      -- JSON: interpreter, hostname, ...
+            pid INTEGER,
+            started TEXT NOT NULL,
+            ended TEXT,
+            end_reason TEXT,                    -- e.g. "lost: killed by signal 9 (SIGKILL)"
+            UNIQUE (session_id, number)
+        )""",
+        """CREATE TABLE cells (
+            id INTEGER PRIMARY KEY,
+            session_id INTEGER NOT NULL REFERENCES sessions (id),
+            generation INTEGER,                 -- generations.number within the session
+            msg_id TEXT NOT NULL,
+            client_session TEXT,                -- the frontend's header.session
+            execution_count INTEGER,
+            code TEXT NOT NULL,
+            status TEXT NOT NULL,               -- running ok error aborted interrupted killed timeout lost unknown refused
+            started TEXT NOT NULL,
+            finished TEXT,
+            error TEXT,                         -- "ename: evalue"
+            reply TEXT,                         -- the execute_reply content, JSON
+            output_bytes INTEGER NOT NULL DEFAULT 0,
+            outputs_truncated INTEGER NOT NULL DEFAULT 0
+        )""",
+        """CREATE INDEX cells_session ON cells (session_id, id)""",
+        """CREATE INDEX cells_msg ON cells (msg_id, client_session)""",
+        """CREATE INDEX cells_status ON cells (status) WHERE status IN ('running', 'unknown')""",
+        """CREATE TABLE outputs (
+            cell_id INTEGER NOT NULL REFERENCES cells (id),
+            seq INTEGER NOT NULL,
+            msg_type TEXT NOT NULL,             -- stream, display_data, execute_result, error, ...
+            content TEXT NOT NULL,              -- the iopub message content, JSON as sent
+            PRIMARY KEY (cell_id, seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE events (
+            session_id INTEGER NOT NULL REFERENCES sessions (id),
+            seq INTEGER NOT NULL,
+            kind TEXT NOT NULL,                 -- generation_started, generation_ended, interrupt, ...
+            payload TEXT,                       -- JSON
+            time TEXT NOT NULL,
+            PRIMARY KEY (session_id, seq)
+        ) WITHOUT ROWID""",
+        """CREATE TABLE kv (
+            scope TEXT NOT NULL,
+            key TEXT NOT NULL,
+            value TEXT NOT NULL,                -- JSON
+            PRIMARY KEY (scope, key)
+        ) WITHOUT ROWID""",
+    ),
 ]
 
 VERSION = len(MIGRATIONS)
@@ -96,9 +97,8 @@ def migrate(conn: sqlite3.Connection) -> int:
             if conn.execute("PRAGMA user_version").fetchone()[0] != version:
                 conn.execute("ROLLBACK")
                 continue
-            for statement in MIGRATIONS[version].split(";"):
-                if statement.strip():
-                    conn.execute(statement)
+            for statement in MIGRATIONS[version]:
+                conn.execute(statement)
             conn.execute(f"PRAGMA user_version = {version + 1}")
             conn.execute("COMMIT")
         except BaseException:

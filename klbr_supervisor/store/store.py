@@ -3,12 +3,14 @@
 The proxy's request path calls `cell_started` (the row is committed before the worker sees the
 cell), `output` (queued; batched into the writer's next transaction) and `cell_finished` (the
 outcome and every output received so far commit together, before the frontend sees the reply).
-Completion callbacks run on the event loop. A write that fails pauses the store (`paused` says why);
-the next `cell_started` tries again and resumes it when the file takes writes again.
+Completion callbacks (`done`) always run later on the event loop, never inside the call that took
+them; the threading rule is in `writer`. A write that fails pauses the store (`paused` says why); the
+next `cell_started` tries again and resumes it when the file takes writes again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -99,7 +101,6 @@ class Store(LoggingConfigurable):
         self._file_checked = 0.0
         self._replaced: StoreError | None = None
         self._event_seq = 0
-        self.on_pause: Callable[[StoreError | None], None] = lambda error: None
 
     # -- opening -----------------------------------------------------------------------------------
 
@@ -185,11 +186,14 @@ class Store(LoggingConfigurable):
         """Mark the session ended and stop the writer (called once, at shutdown)."""
         if self._writer is None or self._writer.closed:
             return
-        session_id = self.session_id
-        self._submit(lambda c: c.execute("UPDATE sessions SET ended = ? WHERE id = ?", (now(), session_id)))
-        self._writer.close()
+        session_id, ended = self.session_id, now()
+        self._submit(lambda c: c.execute("UPDATE sessions SET ended = ? WHERE id = ?", (ended, session_id)))
+        self._writer.close(wait=self.busy_timeout + 5)
         if self._reader is not None:
             self._reader.close()
+
+    def _later(self, done: Done, error: StoreError | None) -> None:
+        asyncio.get_running_loop().call_soon(done, error)
 
     # -- the request path --------------------------------------------------------------------------
 
@@ -199,15 +203,15 @@ class Store(LoggingConfigurable):
         if replaced is not None:
             if self.paused is not replaced:
                 self._pause(replaced)
-            done(replaced)
+            self._later(done, replaced)
             return
-        session_id = self.session_id
+        session_id, started = self.session_id, now()
 
         def insert(c: sqlite3.Connection) -> None:
             cur = c.execute(
                 "INSERT INTO cells (session_id, generation, msg_id, client_session, code, status, started)"
                 " VALUES (?, ?, ?, ?, ?, 'running', ?)",
-                (session_id, cell.generation, cell.msg_id, cell.client_session, cell.code, now()),
+                (session_id, cell.generation, cell.msg_id, cell.client_session, cell.code, started),
             )
             cell.id = cur.lastrowid
 
@@ -247,6 +251,7 @@ class Store(LoggingConfigurable):
                       reply: dict | None, generation: int | None, done: Done) -> None:
         """Record the outcome; `done` runs once it (and every output before it) is committed."""
         reply_text = json.dumps(reply, default=str) if reply is not None else None
+        finished, output_bytes, truncated = now(), cell.output_bytes, int(cell.truncated)  # as of now
 
         def update(c: sqlite3.Connection) -> None:
             if cell.id is None:
@@ -254,7 +259,7 @@ class Store(LoggingConfigurable):
             c.execute(
                 "UPDATE cells SET status = ?, finished = ?, error = ?, reply = ?, execution_count = ?,"
                 " generation = coalesce(?, generation), output_bytes = ?, outputs_truncated = ? WHERE id = ?",
-                (status, now(), error, reply_text, count, generation, cell.output_bytes, int(cell.truncated), cell.id),
+                (status, finished, error, reply_text, count, generation, output_bytes, truncated, cell.id),
             )
 
         if not self._direct(update, done):
@@ -263,7 +268,7 @@ class Store(LoggingConfigurable):
     def answered(self, cell: CellRecord, *, status: str, count: int | None, error: str, reply: dict,
                  outputs: list[tuple[str, dict]] = ()) -> None:
         """A cell answered without running (aborted, refused, a `%klbr` line): its row and outputs."""
-        session_id = self.session_id
+        session_id, when = self.session_id, now()
         outputs = [(msg_type, json.dumps(content, default=str)) for msg_type, content in outputs]
 
         def insert(c: sqlite3.Connection) -> None:
@@ -271,7 +276,7 @@ class Store(LoggingConfigurable):
                 "INSERT INTO cells (session_id, generation, msg_id, client_session, execution_count, code, status,"
                 " started, finished, error, reply) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (session_id, cell.generation, cell.msg_id, cell.client_session, count, cell.code, status,
-                 now(), now(), error or None, json.dumps(reply, default=str)),
+                 when, when, error or None, json.dumps(reply, default=str)),
             )
             cell.id = cur.lastrowid
             c.executemany("INSERT INTO outputs (cell_id, seq, msg_type, content) VALUES (?, ?, ?, ?)",
@@ -282,23 +287,23 @@ class Store(LoggingConfigurable):
     def event(self, kind: str, payload: dict) -> None:
         """A durable event: generation starts and ends, interrupts, restarts, placement changes."""
         self._event_seq += 1
-        seq, session_id, text = self._event_seq, self.session_id, json.dumps(payload, default=str)
+        seq, session_id, text, when = self._event_seq, self.session_id, json.dumps(payload, default=str), now()
         self._submit(lambda c: c.execute(
             "INSERT INTO events (session_id, seq, kind, payload, time) VALUES (?, ?, ?, ?, ?)",
-            (session_id, seq, kind, text, now())))
+            (session_id, seq, kind, text, when)))
 
     def generation_started(self, number: int, placement: str, identity: dict, pid: int | None) -> None:
-        session_id, text = self.session_id, json.dumps(identity, default=str)
+        session_id, text, started = self.session_id, json.dumps(identity, default=str), now()
         self._submit(lambda c: c.execute(
             "INSERT OR REPLACE INTO generations (session_id, number, placement, identity, pid, started)"
-            " VALUES (?, ?, ?, ?, ?, ?)", (session_id, number, placement, text, pid, now())))
+            " VALUES (?, ?, ?, ?, ?, ?)", (session_id, number, placement, text, pid, started)))
         self.event("generation_started", {"generation": number, "pid": pid, "placement": placement})
 
     def generation_ended(self, number: int, end_reason: str) -> None:
-        session_id = self.session_id
+        session_id, ended = self.session_id, now()
         self._submit(lambda c: c.execute(
             "UPDATE generations SET ended = ?, end_reason = ? WHERE session_id = ? AND number = ?",
-            (now(), end_reason, session_id, number)))
+            (ended, end_reason, session_id, number)))
         self.event("generation_ended", {"generation": number, "reason": end_reason})
 
     # -- the writer --------------------------------------------------------------------------------
@@ -311,11 +316,11 @@ class Store(LoggingConfigurable):
                 resuming: bool = False) -> None:
         if self._writer is None or self._writer.closed:
             if done is not None:
-                done(self.unavailable or StoreError(self.path, "the store is closed"))
+                self._later(done, self.unavailable or StoreError(self.path, "the store is closed"))
             return
         if self.paused is not None and not resuming:
             if done is not None:
-                done(self.paused)
+                self._later(done, self.paused)
             return
         self._writer.submit(apply, done)
 
@@ -333,7 +338,6 @@ class Store(LoggingConfigurable):
             write = getattr(error.cause, "klbr_write", None)
             log.error("klbr store paused: %s%s", error, f" (in {write})" if write else "")
         self.paused = error
-        self.on_pause(error)
 
     def _file_replaced(self) -> StoreError | None:
         """SQLite keeps writing to a deleted file's inode: notice a deleted or replaced file.

@@ -3,9 +3,14 @@
 A write is a callable `apply(conn)`. Queued writes are batched into one transaction by the writer
 thread; `report(failure, dones)` then runs on the event loop (`failure` is the sqlite3 or OS error
 that rolled the batch back, or None). When nothing is queued or being written, `direct` commits on
-the caller's thread instead (no thread handoff on the request path), with a connection that never
-waits for another kernel's lock and never checkpoints: the thread folds the WAL back every
-`CHECKPOINT_EVERY` direct commits, so no cell waits for a checkpoint's copy and sync.
+the loop instead (no thread handoff on the request path), with a connection that never waits for
+another kernel's lock and never checkpoints: the thread folds the WAL back every `CHECKPOINT_EVERY`
+direct commits, so no cell waits for a checkpoint's copy and sync.
+
+Threading rule: a write runs on one thread at a time, in the order it was submitted (the writer
+thread, or the loop under the writer's lock), reads nothing but what was captured when the loop
+submitted it and the row ids earlier writes set on their records, and its `report` always runs later
+on the loop, never inside the call that submitted it.
 """
 
 from __future__ import annotations
@@ -47,7 +52,7 @@ def _commit(conn: sqlite3.Connection, applies: Iterable[Apply]) -> Exception | N
 
 
 class Writer:
-    """Owns both connections once the store is open; `close` ends the thread and closes them."""
+    """Owns both connections once the store is open; `close` ends the thread, which closes its own."""
 
     def __init__(self, conn: sqlite3.Connection, direct_conn: sqlite3.Connection, report: Report):
         """`conn` is the thread's; `direct_conn` the loop's (busy_timeout 0, wal_autocheckpoint 0)."""
@@ -86,19 +91,27 @@ class Writer:
         self._direct_commits += 1
         if self._direct_commits % CHECKPOINT_EVERY == 0:
             self._queue.put(_CHECKPOINT)
-        self._report(failure, [done])
+        self._loop.call_soon(self._report, failure, [done])
         return True
 
-    def close(self) -> None:
-        """Write what is queued, stop the thread, close both connections (once, at shutdown)."""
+    def close(self, wait: float) -> None:
+        """Write what is queued and stop the thread (once, at shutdown), waiting up to `wait` seconds:
+        more than a write can take (the busy timeout), so no connection is closed under a write."""
         self.closed = True
         self._queue.put(_STOP)
-        self._thread.join(timeout=5)
-        self._conn.close()
+        self._thread.join(timeout=wait)
+        if self._thread.is_alive():
+            log.error("klbr store: the writer did not finish within %.0f s; its last writes may be lost", wait)
         self._direct_conn.close()
 
     def _run(self) -> None:
         """The writer thread: batches what is queued into one transaction, then reports back."""
+        try:
+            self._serve()
+        finally:
+            self._conn.close()
+
+    def _serve(self) -> None:
         conn = self._conn
         while True:
             item = self._queue.get()
