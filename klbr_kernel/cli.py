@@ -1,34 +1,27 @@
-"""The `klbr-kernel` command: install the kernelspec, and read the cell log."""
+"""The `klbr-kernel` command: install the kernelspec, and read the cell log.
+
+A Jupyter application with subcommands, as `jupyter kernelspec` is. The cell-log commands load the
+kernel's own configuration (`jupyter_klbr_config.py` on the Jupyter config path) and take the same
+options, so they read the database the kernel writes: `c.Store.path` there, and `$KLBR_DB` over it,
+as in the kernel; `--Store.path=` (or `--db`) on the command line wins over both.
+"""
 
 from __future__ import annotations
 
-import argparse
 import json
+import signal
 import sqlite3
 import sys
 
-COMMANDS = ("install", "sessions", "cells", "show", "export", "prune")
+from jupyter_core.application import JupyterApp, base_aliases, base_flags
+from traitlets import Bool, Float, Int, Unicode, default
+
+from klbr_supervisor.store import Store
+
+from ._version import __version__
 
 
-def _db_path(args: argparse.Namespace) -> str:
-    if args.db:
-        return args.db
-    from klbr_supervisor.store import Store
-
-    return Store().path
-
-
-def _open(args: argparse.Namespace, write: bool = False) -> sqlite3.Connection:
-    from klbr_supervisor.store.queries import connect
-
-    path = _db_path(args)
-    try:
-        return connect(path, write=write)
-    except sqlite3.Error as e:
-        sys.exit(f"klbr-kernel: cannot open the cell log {path}: {e}")
-
-
-def _table(rows: list[list[str]], header: list[str]) -> None:
+def _table(rows: list[list], header: list[str]) -> None:
     widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
     for line in [header, *rows]:
         print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip())
@@ -39,119 +32,195 @@ def _short(text: str | None, width: int = 60) -> str:
     return text if len(text) <= width else text[: width - 1] + "…"
 
 
-def _install(args: argparse.Namespace) -> int:
-    from .install import install
+class KlbrCommand(JupyterApp):
+    """What every `klbr-kernel` command shares: the kernel's config file and its version."""
 
-    prefix = sys.prefix if args.sys_prefix else args.prefix
-    dest = install(user=args.user, prefix=prefix, name=args.name, display_name=args.display_name)
-    print(f"Installed kernelspec {args.name} in {dest}")
-    return 0
+    version = __version__
 
+    @default("config_file_name")
+    def _config_file_name_default(self) -> str:
+        return "jupyter_klbr_config"  # the kernel's (see `klbr_kernel.app`)
 
-def _sessions(args: argparse.Namespace) -> int:
-    from klbr_supervisor.store.queries import sessions
+    def positional(self, what: str, kind=int):
+        """The one positional argument, as `kind`; a clear usage error otherwise."""
+        if len(self.extra_args) != 1:
+            self._usage(f"{self.name} needs exactly one {what}")
+        try:
+            return kind(self.extra_args[0])
+        except ValueError:
+            self._usage(f"{what} must be a number, not {self.extra_args[0]!r}")
 
-    rows = sessions(_open(args), args.limit)
-    _table([[r["id"], r["notebook"] or "-", r["started"][:19].replace("T", " "), r["ended"] and "ended" or "open",
-             r["cells"], r["last_status"] or "-"] for r in rows],
-           ["id", "notebook", "started (UTC)", "state", "cells", "last status"])
-    return 0
-
-
-def _cells(args: argparse.Namespace) -> int:
-    from klbr_supervisor.store.queries import cells
-
-    rows = cells(_open(args), args.session, args.status, args.limit)
-    _table([[r["id"], r["execution_count"] if r["execution_count"] is not None else "-", r["generation"] or "-",
-             r["status"], _short(r["code"]), _short(r["error"], 50)] for r in rows],
-           ["id", "In", "gen", "status", "code", "error"])
-    return 0
+    def _usage(self, why: str) -> None:
+        print(f"{why}\nSee `{self.name} --help`.", file=sys.stderr)
+        self.exit(2)
 
 
-def _show(args: argparse.Namespace) -> int:
-    from klbr_supervisor.store.queries import cell
+class LogCommand(KlbrCommand):
+    """A command that reads (or prunes) the cell log the kernel writes."""
 
-    row, outputs = cell(_open(args), args.cell)
-    if row is None:
-        print(f"klbr-kernel: no cell {args.cell}", file=sys.stderr)
-        return 1
-    print(f"cell {row['id']}  session {row['session_id']}  In[{row['execution_count']}]  generation "
-          f"{row['generation']}  {row['status']}  {row['started']} → {row['finished'] or '…'}")
-    if row["error"]:
-        print(f"error: {row['error']}")
-    print("--- code")
-    print(row["code"])
-    for out in outputs:
-        content = json.loads(out["content"])
-        print(f"--- {out['msg_type']}")
-        if out["msg_type"] == "stream":
-            print(content.get("text", ""), end="")
-        elif out["msg_type"] == "error":
-            print(f"{content.get('ename')}: {content.get('evalue')}")
-        else:
-            data = content.get("data", {})
-            print(data.get("text/plain", ", ".join(data) or json.dumps(content)[:200]))
-    if row["outputs_truncated"]:
-        print(f"--- (outputs past the per-cell limit were not kept; {row['output_bytes']} bytes in all)")
-    return 0
+    classes = [Store]
+    aliases = {**base_aliases, "db": "Store.path"}
+    flags = base_flags
+
+    def connect(self, write: bool = False) -> sqlite3.Connection:
+        from klbr_supervisor.store.queries import connect
+
+        # On the command line, the path wins over $KLBR_DB (which wins over config files, as in the kernel).
+        given = self.cli_config.get("Store", {}).get("path")
+        path = given or Store(parent=self).path
+        try:
+            return connect(path, write=write)
+        except sqlite3.Error as e:
+            print(f"klbr-kernel: cannot open the cell log {path}: {e}", file=sys.stderr)
+            self.exit(1)
 
 
-def _export(args: argparse.Namespace) -> int:
-    from klbr_supervisor.store.queries import export_notebook, write_notebook
+class SessionsCommand(LogCommand):
+    name = "klbr-kernel sessions"
+    description = "List recorded sessions, newest first."
+    limit = Int(50, config=True, help="Show at most this many sessions.")
+    aliases = {**LogCommand.aliases, "limit": "SessionsCommand.limit"}
 
-    try:
-        nb = export_notebook(_open(args), args.session)
-    except LookupError as e:
-        print(f"klbr-kernel: {e}", file=sys.stderr)
-        return 1
-    write_notebook(nb, args.output)
-    print(f"Wrote {len(nb['cells'])} cells of session {args.session} to {args.output}")
-    return 0
+    def start(self) -> None:
+        from klbr_supervisor.store.queries import sessions
 
-
-def _prune(args: argparse.Namespace) -> int:
-    from klbr_supervisor.store.queries import prune
-
-    n = prune(_open(args, write=True), args.older_than)
-    print(f"Pruned {n} ended session(s) older than {args.older_than:g} days")
-    return 0
+        rows = sessions(self.connect(), self.limit)
+        _table([[r["id"], r["notebook"] or "-", r["started"][:19].replace("T", " "), r["ended"] and "ended" or "open",
+                 r["cells"], r["last_status"] or "-"] for r in rows],
+               ["id", "notebook", "started (UTC)", "state", "cells", "last status"])
 
 
-def parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="klbr-kernel", description="The klbr Jupyter kernel and its cell log.")
-    sub = p.add_subparsers(dest="command", required=True)
+class CellsCommand(LogCommand):
+    name = "klbr-kernel cells"
+    description = "List a session's cells: klbr-kernel cells SESSION [--status STATUS] [--limit N]"
+    status = Unicode("", config=True, help="Only cells with this status (ok, error, lost, unknown, ...).")
+    limit = Int(0, config=True, help="Only the last N cells (0: all).")
+    aliases = {**LogCommand.aliases, "status": "CellsCommand.status", "limit": "CellsCommand.limit"}
 
-    inst = sub.add_parser("install", help="install the klbr kernelspec for this interpreter")
-    where = inst.add_mutually_exclusive_group()
-    where.add_argument("--user", action="store_true", help="install for the current user")
-    where.add_argument("--sys-prefix", action="store_true", help="install into this environment (sys.prefix)")
-    where.add_argument("--prefix", help="install under this prefix")
-    inst.add_argument("--name", default="klbr", help="kernelspec name (default: klbr)")
-    inst.add_argument("--display-name", help='display name (default: "Python 3 (klbr)")')
-    inst.set_defaults(run=_install)
+    def start(self) -> None:
+        from klbr_supervisor.store.queries import cells
 
-    def log_command(name: str, help: str, run) -> argparse.ArgumentParser:
-        cmd = sub.add_parser(name, help=help)
-        cmd.add_argument("--db", help="the cell log (default: $KLBR_DB or <jupyter data dir>/klbr/klbr.sqlite3)")
-        cmd.set_defaults(run=run)
-        return cmd
+        session = self.positional("SESSION")
+        rows = cells(self.connect(), session, self.status or None, self.limit or None)
+        _table([[r["id"], r["execution_count"] if r["execution_count"] is not None else "-", r["generation"] or "-",
+                 r["status"], _short(r["code"]), _short(r["error"], 50)] for r in rows],
+               ["id", "In", "gen", "status", "code", "error"])
 
-    ls = log_command("sessions", "list recorded sessions, newest first", _sessions)
-    ls.add_argument("--limit", type=int, default=50)
-    cl = log_command("cells", "list a session's cells", _cells)
-    cl.add_argument("session", type=int)
-    cl.add_argument("--status", help="only cells with this status (ok, error, lost, unknown, ...)")
-    cl.add_argument("--limit", type=int, help="only the last N cells")
-    sh = log_command("show", "a cell's code and recorded outputs", _show)
-    sh.add_argument("cell", type=int)
-    ex = log_command("export", "write a session as a notebook with its recorded outputs", _export)
-    ex.add_argument("session", type=int)
-    ex.add_argument("-o", "--output", required=True, help="the .ipynb to write")
-    pr = log_command("prune", "delete ended sessions older than some days", _prune)
-    pr.add_argument("--older-than", type=float, required=True, metavar="DAYS")
-    return p
+
+class ShowCommand(LogCommand):
+    name = "klbr-kernel show"
+    description = "A cell's code and recorded outputs: klbr-kernel show CELL"
+
+    def start(self) -> None:
+        from klbr_supervisor.store.queries import cell
+
+        cell_id = self.positional("CELL")
+        row, outputs = cell(self.connect(), cell_id)
+        if row is None:
+            print(f"klbr-kernel: no cell {cell_id}", file=sys.stderr)
+            self.exit(1)
+        print(f"cell {row['id']}  session {row['session_id']}  In[{row['execution_count']}]  generation "
+              f"{row['generation']}  {row['status']}  {row['started']} → {row['finished'] or '…'}")
+        if row["error"]:
+            print(f"error: {row['error']}")
+        print("--- code")
+        print(row["code"])
+        for out in outputs:
+            content = json.loads(out["content"])
+            print(f"--- {out['msg_type']}")
+            if out["msg_type"] == "stream":
+                print(content.get("text", ""), end="")
+            elif out["msg_type"] == "error":
+                print(f"{content.get('ename')}: {content.get('evalue')}")
+            else:
+                data = content.get("data", {})
+                print(data.get("text/plain", ", ".join(data) or json.dumps(content)[:200]))
+        if row["outputs_truncated"]:
+            print(f"--- (outputs past the per-cell limit were not kept; {row['output_bytes']} bytes in all)")
+
+
+class ExportCommand(LogCommand):
+    name = "klbr-kernel export"
+    description = "Write a session as a notebook with its recorded outputs: klbr-kernel export SESSION -o OUT.ipynb"
+    output = Unicode("", config=True, help="The .ipynb to write.")
+    aliases = {**LogCommand.aliases, "o": "ExportCommand.output", "output": "ExportCommand.output"}
+
+    def start(self) -> None:
+        from klbr_supervisor.store.queries import export_notebook, write_notebook
+
+        session = self.positional("SESSION")
+        if not self.output:
+            self._usage("klbr-kernel export needs -o OUT.ipynb")
+        try:
+            nb = export_notebook(self.connect(), session)
+        except LookupError as e:
+            print(f"klbr-kernel: {e}", file=sys.stderr)
+            self.exit(1)
+        write_notebook(nb, self.output)
+        print(f"Wrote {len(nb['cells'])} cells of session {session} to {self.output}")
+
+
+class PruneCommand(LogCommand):
+    name = "klbr-kernel prune"
+    description = "Delete ended sessions older than some days: klbr-kernel prune --older-than DAYS"
+    older_than = Float(-1.0, config=True, help="Delete sessions that ended more than this many days ago.")
+    aliases = {**LogCommand.aliases, "older-than": "PruneCommand.older_than"}
+
+    def start(self) -> None:
+        from klbr_supervisor.store.queries import prune
+
+        if self.older_than < 0:
+            self._usage("klbr-kernel prune needs --older-than DAYS")
+        n = prune(self.connect(write=True), self.older_than)
+        print(f"Pruned {n} ended session(s) older than {self.older_than:g} days")
+
+
+class InstallCommand(KlbrCommand):
+    name = "klbr-kernel install"
+    description = "Install the klbr kernelspec for this interpreter (with KernelSpecManager)."
+    user = Bool(False, config=True, help="Install for the current user.")
+    sys_prefix = Bool(False, config=True, help="Install into this environment (sys.prefix).")
+    prefix = Unicode("", config=True, help="Install under this prefix.")
+    kernel_name = Unicode("klbr", config=True, help="The kernelspec's name.")
+    display_name = Unicode("", config=True, help='The display name (default: "Python 3 (klbr)").')
+    aliases = {**base_aliases, "prefix": "InstallCommand.prefix", "name": "InstallCommand.kernel_name",
+               "display-name": "InstallCommand.display_name"}
+    flags = {
+        **base_flags,
+        "user": ({"InstallCommand": {"user": True}}, "Install for the current user."),
+        "sys-prefix": ({"InstallCommand": {"sys_prefix": True}}, "Install into this environment (sys.prefix)."),
+    }
+
+    def start(self) -> None:
+        from .install import install
+
+        if sum([self.user, self.sys_prefix, bool(self.prefix)]) > 1:
+            self._usage("--user, --sys-prefix and --prefix exclude each other")
+        prefix = sys.prefix if self.sys_prefix else (self.prefix or None)
+        dest = install(user=self.user, prefix=prefix, name=self.kernel_name, display_name=self.display_name or None)
+        print(f"Installed kernelspec {self.kernel_name} in {dest}")
+
+
+class KlbrKernelCommand(KlbrCommand):
+    name = "klbr-kernel"
+    description = "The klbr Jupyter kernel and its cell log."
+    subcommands = {
+        "install": (InstallCommand, InstallCommand.description),
+        "sessions": (SessionsCommand, SessionsCommand.description),
+        "cells": (CellsCommand, CellsCommand.description),
+        "show": (ShowCommand, ShowCommand.description),
+        "export": (ExportCommand, ExportCommand.description),
+        "prune": (PruneCommand, PruneCommand.description),
+    }
+
+    def start(self) -> None:
+        if self.subapp is None:
+            self.print_subcommands()
+            print(f"\n{self.name}: a command is required", file=sys.stderr)
+            self.exit(2)
+        self.subapp.start()
 
 
 def main(argv: list[str] | None = None) -> None:
-    args = parser().parse_args(argv)
-    sys.exit(args.run(args))
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `klbr-kernel show 7 | head` ends quietly
+    KlbrKernelCommand.launch_instance(argv)
