@@ -1,7 +1,8 @@
 """Which requests are cells, and what the store records of them. The proxy's only door to the store.
 
 A cell is an execute that takes an execution count (store_history and not silent): variable
-explorers' silent executes are not cells. Statuses are the store's public vocabulary.
+explorers' silent executes are not cells. Statuses are the store's public vocabulary (`outcomes`).
+Every `then` callback runs later, on the loop, once the write is committed or has failed.
 """
 
 from __future__ import annotations
@@ -10,63 +11,85 @@ from collections.abc import Callable
 
 from klbr_supervisor.store import CellRecord, Store, StoreError
 
+from .outcomes import cell_status
 from .requests import Request
 
 # iopub messages that are a cell's outputs (what an exported notebook shows).
 OUTPUT_TYPES = frozenset({"stream", "display_data", "update_display_data", "execute_result", "error", "clear_output"})
 
-_STATUS_BY_ENAME = {
-    "KeyboardInterrupt": "interrupted",
-    "CellTimeout": "timeout",
-    "WorkerLost": "lost",
-    "WorkerKilled": "killed",
-    "PoisonedCell": "refused",
-    "CrashLoop": "refused",
-    "SessionPaused": "refused",
-}
+Then = Callable[[StoreError | None], None]
 
 
-def cell_status(content: dict) -> str:
-    """The store status for the reply content a cell ended with."""
-    status = content.get("status", "ok")
-    if status == "error":
-        return _STATUS_BY_ENAME.get(content.get("ename", ""), "error")
-    return "aborted" if status == "aborted" else "ok"
+def _error_text(content: dict) -> str | None:
+    return f"{content.get('ename')}: {content.get('evalue')}" if content.get("status") == "error" else None
 
 
 class CellLog:
     def __init__(self, store: Store):
-        self.store = store
+        self._store = store
 
     @staticmethod
     def is_cell(req: Request) -> bool:
         return req.msg_type == "execute_request" and req.counts
 
+    # -- state -------------------------------------------------------------------------------------
+
     @property
     def recording(self) -> bool:
-        return self.store.recording
+        return self._store.recording
 
-    def start(self, req: Request, generation: int | None, done: Callable[[StoreError | None], None]) -> None:
+    @property
+    def unavailable(self) -> StoreError | None:
+        """Why the store could not be opened at start, if it could not."""
+        return self._store.unavailable
+
+    @property
+    def required(self) -> bool:
+        """Cells are refused when they cannot be recorded (`Store.required`)."""
+        return self._store.required
+
+    def state_text(self) -> str:
+        """One line for `%klbr status`."""
+        store = self._store
+        if store.unavailable is not None:
+            return f"unavailable, not recording ({store.unavailable})"
+        if store.paused is not None:
+            return f"PAUSED, cells refused ({store.paused})"
+        return f"{store.path} (session {store.session_id})"
+
+    # -- reading -----------------------------------------------------------------------------------
+
+    def history(self, content: dict, notebook: str | None) -> list[tuple]:
+        """A history_request's answer, from the log (across generations and sessions)."""
+        return self._store.history(content, notebook)
+
+    def recorded_reply(self, client_session: str, msg_id: str) -> dict | None:
+        """The reply this session recorded for an execute, if any (semantics 9)."""
+        return self._store.recorded_reply(client_session, msg_id) if self.recording else None
+
+    # -- writing -----------------------------------------------------------------------------------
+
+    def start(self, req: Request, generation: int | None, then: Then) -> None:
+        """The cell's `running` row, committed before the worker sees it (semantics 3)."""
         req.record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, generation)
-        self.store.cell_started(req.record, done)
+        self._store.cell_started(req.record, then)
 
     def output(self, req: Request, msg_type: str, content) -> None:
         """`content` is the message's content frame (a zmq.Frame or bytes), recorded as sent."""
         if req.record is not None:
-            self.store.output(req.record, msg_type, content)
+            self._store.output(req.record, msg_type, content)
 
-    def finish(self, req: Request, content: dict, done: Callable[[StoreError | None], None]) -> None:
+    def finish(self, req: Request, content: dict, then: Then) -> None:
         """The outcome of a recorded cell, `content` being the reply the frontend gets."""
-        error = f"{content.get('ename')}: {content.get('evalue')}" if content.get("status") == "error" else None
         generation = req.generation.number if req.generation else None
-        self.store.cell_finished(req.record, status=cell_status(content), count=content.get("execution_count"),
-                                 error=error, reply=content, generation=generation, done=done)
+        self._store.cell_finished(req.record, status=cell_status(content), count=content.get("execution_count"),
+                                  error=_error_text(content), reply=content, generation=generation, done=then)
 
     def answered(self, req: Request, content: dict, outputs: list[tuple[str, dict]] = ()) -> None:
         """A cell that never reached a worker (aborted, refused, a `%klbr` line): one row."""
-        if not self.is_cell(req) or not self.store.recording or self.store.paused:
+        store = self._store
+        if not self.is_cell(req) or not store.recording or store.paused:
             return
         record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, None)
-        error = f"{content.get('ename')}: {content.get('evalue')}" if content.get("status") == "error" else ""
-        self.store.answered(record, status=cell_status(content), count=content.get("execution_count"),
-                            error=error, reply=content, outputs=outputs)
+        store.answered(record, status=cell_status(content), count=content.get("execution_count"),
+                       error=_error_text(content) or "", reply=content, outputs=outputs)

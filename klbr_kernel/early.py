@@ -29,11 +29,12 @@ from hmac import compare_digest
 import zmq
 
 from klbr_supervisor import prelaunch
+from klbr_supervisor.protocol import DELIM
 
 from .heartbeat import Heartbeat
 from .kernel_info import PROTOCOL_VERSION, kernel_info_content
 
-DELIM = b"<IDS|MSG>"
+IOPUB_BACKLOG = 10_000
 _KINDS = {"shell": zmq.ROUTER, "control": zmq.ROUTER, "stdin": zmq.ROUTER, "iopub": zmq.XPUB}
 
 
@@ -43,6 +44,18 @@ def channel_url(info: dict, channel: str) -> str:
     if transport == "ipc":
         return f"ipc://{ip}-{port}"
     return f"{transport}://{ip}:{port}"
+
+
+def welcome_topic(event: bytes) -> bytes | None:
+    """The topic of an iopub subscription event, which gets a JEP 65 iopub_welcome; None for an
+    unsubscription (or a topic that is not text)."""
+    if event[:1] != b"\x01":
+        return None
+    try:
+        event[1:].decode()
+    except UnicodeDecodeError:
+        return None
+    return event[1:]
 
 
 def bind(info: dict, context: zmq.Context) -> tuple[dict[str, zmq.Socket], Heartbeat]:
@@ -61,6 +74,10 @@ def bind(info: dict, context: zmq.Context) -> tuple[dict[str, zmq.Socket], Heart
                 # Report every subscription, not only the first per topic, so a frontend that
                 # connects while another is attached still gets its iopub_welcome.
                 sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+                # A frontend that reads slower than a cell prints may lag this many messages
+                # before the oldest are dropped, as a PUB drops at its high-water mark (ZMQ's and
+                # ipykernel's: 1000, which a reading client on a busy machine falls behind by).
+                sock.sndhwm = IOPUB_BACKLOG
             sock.bind(channel_url(info, name))
         heartbeat = Heartbeat(context, channel_url(info, "hb"))
     except BaseException:
@@ -164,11 +181,9 @@ class _Responder(threading.Thread):
 
     def _subscribed(self, event: bytes) -> None:
         """A new iopub subscriber: greet it (JEP 65), as the `Frontend` does after the handover."""
-        if event[:1] == b"\x01":
-            try:
-                self._publish("iopub_welcome", {"subscription": event[1:].decode()}, {}, topic=event[1:] or None)
-            except UnicodeDecodeError:
-                pass
+        topic = welcome_topic(event)
+        if topic is not None:
+            self._publish("iopub_welcome", {"subscription": topic.decode()}, {}, topic=topic or None)
 
     def _publish(self, msg_type: str, content: dict, parent: dict, topic: bytes | None = None) -> None:
         prefix = topic or f"kernel.klbr.{msg_type}".encode()

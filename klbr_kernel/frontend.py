@@ -72,7 +72,7 @@ class Frontend:
     def _received(self, channel: str, frames: list) -> None:
         try:
             wire = self._verify(frames)
-        except Exception as e:  # bad frames, signature or JSON: ValueError, KeyError, TypeError
+        except (ValueError, TypeError) as e:  # bad frames, signature or header JSON
             log.warning("%s: dropped an invalid message: %s: %s", channel, type(e).__name__, e)
             return
         if wire is not None:
@@ -82,8 +82,7 @@ class Frontend:
         """Check the signature and the replay history, as `Session.deserialize` does, and decode the
         headers; None for a replay that is dropped.
 
-        Not `deserialize` itself: it also turns every date-like string of both headers into a
-        datetime and decodes the metadata, which is most of its cost and nothing the proxy reads.
+        Not `deserialize` itself: the `door` checks the rest of what a message must be, once.
         An execute_request byte-identical to one already taken (a client resending after a
         reconnect) is let through: the proxy answers it from the record without running it again
         (semantics 9), where a rejected replay would leave the client waiting forever.
@@ -101,8 +100,6 @@ class Frontend:
         wire = Wire(idents, body, json.loads(signed[1]), json.loads(signed[2]))
         if not isinstance(wire.header, dict) or not isinstance(wire.parent, dict):
             raise MalformedMessage("header is not an object")
-        if not wire.msg_type or not wire.msg_id:
-            raise MalformedMessage("header has no msg_type or msg_id")
         if signature and signature in self._seen:
             if wire.msg_type != "execute_request":
                 log.warning("dropped a replayed %s (duplicate signature)", wire.msg_type)
@@ -119,13 +116,9 @@ class Frontend:
     def _subscription(self, frames: list) -> None:
         """XPUB subscription events: greet each new subscriber (JEP 65 iopub_welcome)."""
         for frame in frames:
-            data = frame.bytes
-            if data[:1] == b"\x01":
-                topic = data[1:]
-                try:
-                    self.send_iopub("iopub_welcome", {"subscription": topic.decode()}, parent=None, topic=topic or None)
-                except UnicodeDecodeError:
-                    pass
+            topic = early.welcome_topic(frame.bytes)
+            if topic is not None:
+                self.send_iopub("iopub_welcome", {"subscription": topic.decode()}, parent=None, topic=topic or None)
 
     # -- outbound ----------------------------------------------------------------------------------
 

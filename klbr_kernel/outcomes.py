@@ -1,24 +1,40 @@
-"""The error a cell ends with when its generation ends under it: named once, worded for the notebook.
+"""The errors a request can end with: named once, with the store status each means, worded for the notebook.
 
-The names are part of the public contract (DESIGN.md, "Errors a cell can end with").
+The names and statuses are part of the public contract (DESIGN.md, "Errors a cell can end with", and
+the store's cell statuses). `ERRORS` is the one table that ties an error name to its status and to the
+generation endings it reports; everything else is derived from it.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from klbr_supervisor.policy import Refusal
 from klbr_supervisor.states import Ending, EndReason
 
-ENAMES = {
-    EndReason.LOST: "WorkerLost",
-    EndReason.KILLED: "WorkerKilled",
-    EndReason.DEADLINE: "CellTimeout",
-    EndReason.START_FAILED: "WorkerStartFailed",
-    EndReason.RESTART: "WorkerLost",
-    EndReason.RELOCATED: "WorkerLost",
+# ename -> (the cell's status in the store, the endings of its generation it reports)
+ERRORS: dict[str, tuple[str, frozenset[EndReason]]] = {
+    "KeyboardInterrupt": ("interrupted", frozenset()),
+    "CellTimeout": ("timeout", frozenset({EndReason.DEADLINE})),
+    "WorkerLost": ("lost", frozenset({EndReason.LOST, EndReason.RESTART, EndReason.RELOCATED})),
+    "WorkerKilled": ("killed", frozenset({EndReason.KILLED})),
+    "WorkerStartFailed": ("error", frozenset({EndReason.START_FAILED})),
+    "PoisonedCell": ("refused", frozenset()),
+    "CrashLoop": ("refused", frozenset()),
+    "SessionPaused": ("refused", frozenset()),
+    "InternalError": ("error", frozenset()),
 }
+_ENAME_BY_REASON = {reason: ename for ename, (_, reasons) in ERRORS.items() for reason in reasons}
 
 _RED, _RESET = "\x1b[0;31m", "\x1b[0m"
+
+
+def cell_status(content: dict) -> str:
+    """The store status for the reply content a cell ended with."""
+    status = content.get("status", "ok")
+    if status == "error":
+        return ERRORS.get(content.get("ename", ""), ("error",))[0]
+    return "aborted" if status == "aborted" else "ok"
 
 
 @dataclass(frozen=True)
@@ -37,9 +53,9 @@ class CellError:
 def ending_error(ending: Ending, *, generation: int, pid: int | None, cell: str) -> CellError:
     """The error for a request that was waiting on a generation when it ended.
 
-    `cell` names the request for the reader, e.g. "cell [5]" or "this cell".
+    `cell` names the request for the reader, e.g. "cell [5]" or "this request".
     """
-    ename = ENAMES.get(ending.reason, "WorkerLost")
+    ename = _ENAME_BY_REASON.get(ending.reason, "WorkerLost")
     who = f"generation {generation} (pid {pid})" if pid else f"generation {generation}"
     if ending.reason is EndReason.START_FAILED:
         text = f"The worker for {who} did not start: it {ending.how}."
@@ -54,18 +70,18 @@ def ending_error(ending: Ending, *, generation: int, pid: int | None, cell: str)
     return CellError(ename, text[0].upper() + text[1:])
 
 
-def crash_loop_error(restarts: int, window: float) -> CellError:
-    return CellError(
-        "CrashLoop",
-        f"The worker was lost {restarts} times within {window:.0f} s, so klbr stopped starting new ones "
-        "rather than loop. Nothing ran. Fix the cause, then run `%klbr restart` to start a fresh generation.",
-    )
-
-
-def poisoned_error(losses: int) -> CellError:
+def refusal_error(refusal: Refusal) -> CellError:
+    """The error for a cell the supervisor would not run (see `Supervisor.refusal`)."""
+    if refusal.reason == "crash_loop":
+        return CellError(
+            "CrashLoop",
+            f"The worker was lost {refusal.count} times within {refusal.window:.0f} s, so klbr stopped starting "
+            "new ones rather than loop. Nothing ran. Fix the cause, then run `%klbr restart` to start a fresh "
+            "generation.",
+        )
     return CellError(
         "PoisonedCell",
-        f"This exact code killed its worker {losses} times in a row, so it was not run again. "
+        f"This exact code killed its worker {refusal.count} times in a row, so it was not run again. "
         "Change the code, or run `%klbr restart` to allow it once more.",
     )
 
@@ -92,6 +108,24 @@ def session_paused_error(error) -> CellError:
         f"The cell log at {error.path} cannot be written ({error.cause}), so this cell was not run: "
         "klbr runs nothing it cannot record. Recording resumes by itself at the next cell once the file "
         "takes writes again (free some space, make it writable); `%klbr status` shows the state.",
+    )
+
+
+def internal_error(msg_type: str, exc: BaseException) -> CellError:
+    """A bug in klbr while it handled a request: the request is still answered (semantics 1)."""
+    return CellError(
+        "InternalError",
+        f"klbr failed while handling this {msg_type}: {type(exc).__name__}: {exc}. This is a bug in klbr "
+        "(the traceback is in the kernel's log); the kernel keeps serving.",
+    )
+
+
+def no_reply_error(msg_type: str, seconds: float) -> CellError:
+    """The worker went idle for a request and never replied to it (it dropped it)."""
+    return CellError(
+        "InternalError",
+        f"The worker finished this {msg_type} without replying to it (it was still silent {seconds:g} s after "
+        "going idle), so klbr answers in its place; the worker's log may say why. The kernel keeps serving.",
     )
 
 

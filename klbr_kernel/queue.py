@@ -17,15 +17,8 @@ class ShellQueue:
         self.waiting: deque[Request] = deque()
         self.inflight: Request | None = None
 
-    def __len__(self) -> int:
-        return len(self.waiting) + (self.inflight is not None)
-
     def push(self, req: Request) -> None:
         self.waiting.append(req)
-
-    def push_front(self, req: Request) -> None:
-        """Put a request back at the head (a retry after its generation was lost)."""
-        self.waiting.appendleft(req)
 
     def take(self) -> Request | None:
         """The next request to send, if none is in flight."""
@@ -33,6 +26,19 @@ class ShellQueue:
             self.inflight = self.waiting.popleft()
             return self.inflight
         return None
+
+    def put_back(self, req: Request) -> None:
+        """The request in flight goes back to the head (it is retried, or waits for a generation)."""
+        if req is self.inflight:
+            self.inflight = None
+        self.waiting.appendleft(req)
+
+    def drop(self, req: Request) -> None:
+        """`req` leaves the queue, wherever it is in it."""
+        if req is self.inflight:
+            self.inflight = None
+        elif req in self.waiting:
+            self.waiting.remove(req)
 
     def finish(self, req: Request, status: str) -> list[Request]:
         """`req` (in flight) ended with reply `status`; returns the waiting executes to abort."""

@@ -8,8 +8,7 @@ from datetime import datetime, timezone
 
 from jupyter_client.session import Session
 
-from klbr_supervisor.store import Store
-
+from .cell_log import CellLog
 from .frontend import Frontend
 from .requests import Request
 
@@ -20,16 +19,79 @@ _REMEMBERED = 10_000
 
 
 class Replies:
-    def __init__(self, frontend: Frontend, session: Session, store: Store):
+    def __init__(self, frontend: Frontend, session: Session, cell_log: CellLog):
         self.frontend = frontend
         self.session = session
-        self.store = store
-        self._executes: dict[tuple[str, str], Request] = {}
+        self.cell_log = cell_log
+        # An execute taken: the request while it runs, then only its reply content.
+        self._executes: dict[tuple[str, str], Request | dict] = {}
         self._forgot = False  # some were let go of: a new execute costs a look in the store
+
+    def busy(self, req: Request) -> None:
+        """busy for `req`, unless the frontend has had it already (from the worker, or a retry)."""
+        if not req.busy_sent:
+            req.busy_sent = True
+            self.frontend.status("busy", req.header)
+
+    def idle(self, req: Request) -> None:
+        self.frontend.status("idle", req.header)
 
     def reply(self, req: Request, content: dict) -> None:
         """Send the proxy's own reply to the frontend that asked."""
+        req.reply_content = content
         self.replied(req)
+        self._send(req, content)
+
+    def own(self, req: Request, content: dict | None) -> None:
+        """The whole bracket at once: busy (unless already sent), the reply if there is one, idle."""
+        self.busy(req)
+        if content is not None:
+            self.reply(req, content)
+        self.idle(req)
+
+    def refuse(self, req: Request, content: dict | None) -> None:
+        """The bracket and error reply for a message the door did not let in (never remembered)."""
+        self.busy(req)
+        if content is not None:
+            self._send(req, content)
+        self.idle(req)
+
+    def replied(self, req: Request) -> None:
+        """`req`'s reply goes out now (the proxy's or the worker's): copies of it that were sent
+        again while it ran get the same reply, and only its content is remembered from now on."""
+        req.reply_sent = True
+        for dup in req.duplicates:
+            self._send(dup, req.reply_content or {"status": "aborted"})
+        req.duplicates = []
+        if req.msg_type == "execute_request":
+            key = (req.header.get("session", ""), req.msg_id)
+            if self._executes.get(key) is req:
+                self._executes[key] = req.reply_content or {"status": "aborted"}
+
+    def duplicate(self, req: Request) -> bool:
+        """Answer an execute this session already took (same client session and msg_id, on any
+        channel): from the record, or when the original finishes. No second busy/idle: the frontend
+        already has one pair for that msg_id. False for a new execute, which is remembered."""
+        key = (req.header.get("session", ""), req.msg_id)
+        original = self._executes.get(key)
+        if original is None:
+            reply = self.cell_log.recorded_reply(*key) if self._forgot else None
+            if reply is None:
+                self._executes[key] = req
+                if len(self._executes) > _REMEMBERED:
+                    self._executes.pop(next(iter(self._executes)))
+                    self._forgot = True
+                return False
+            self._send(req, reply)
+            return True
+        log.info("execute %s received again: answered from the record, not re-run", req.msg_id)
+        if isinstance(original, dict):
+            self._send(req, original)
+        else:
+            original.duplicates.append(req)
+        return True
+
+    def _send(self, req: Request, content: dict) -> None:
         reply_type = req.msg_type.rsplit("_", 1)[0] + "_reply"
         metadata = {
             "started": datetime.now(timezone.utc).isoformat(),
@@ -38,48 +100,3 @@ class Replies:
             "status": content.get("status"),
         }
         self.frontend.reply(req.channel, req.idents, reply_type, content, req.header, metadata)
-
-    def own(self, req: Request, content: dict | None, *, busy: bool = True) -> None:
-        """busy (unless the worker already said it), the reply if there is one, idle."""
-        if busy:
-            self.frontend.status("busy", req.header)
-        if content is not None:
-            self.reply(req, content)
-        self.frontend.status("idle", req.header)
-
-    def invalid(self, req: Request, why: str) -> None:
-        content = None
-        if req.msg_type.endswith("_request"):
-            content = {"status": "error", "ename": "InvalidMessage", "evalue": why, "traceback": []}
-        self.own(req, content)
-
-    def replied(self, req: Request) -> None:
-        """`req`'s reply goes out now (the proxy's or the worker's): copies of it that were sent
-        again while it ran get the same reply."""
-        req.answered = True
-        waiting, req.duplicates = req.duplicates, []
-        for dup in waiting:
-            self.reply(dup, req.reply_content or {"status": "aborted"})
-
-    def duplicate(self, req: Request) -> bool:
-        """Answer an execute this session already took (same client session and msg_id): from the
-        record, or when the original finishes. No second busy/idle: the frontend already has one
-        pair for that msg_id. False for a new execute, which is remembered."""
-        key = (req.header.get("session", ""), req.msg_id)
-        original = self._executes.get(key)
-        if original is None:
-            reply = self.store.recorded_reply(*key) if self._forgot and self.store.recording else None
-            if reply is None:
-                self._executes[key] = req
-                if len(self._executes) > _REMEMBERED:
-                    self._executes.pop(next(iter(self._executes)))
-                    self._forgot = True
-                return False
-            self.reply(req, reply)
-            return True
-        log.info("execute %s received again: answered from the record, not re-run", req.msg_id)
-        if original.answered:
-            self.reply(req, original.reply_content)
-        else:
-            original.duplicates.append(req)
-        return True

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from klbr_supervisor.supervisor import Supervisor
 
+from .cell_log import CellLog
 from .magics import Magic, MagicError
 
 
@@ -16,20 +17,10 @@ def _duration(seconds: float | None) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
-def _store_state(supervisor: Supervisor) -> str:
-    store = supervisor.store
-    if store.unavailable is not None:
-        return f"unavailable, not recording ({store.unavailable})"
-    if store.paused is not None:
-        return f"PAUSED, cells refused ({store.paused})"
-    return f"{store.path} (session {store.session_id})"
-
-
-def history_text(supervisor: Supervisor, n: int) -> str:
-    store = supervisor.store
-    if not store.recording:
+def history_text(supervisor: Supervisor, cell_log: CellLog, n: int) -> str:
+    if not cell_log.recording:
         return "The cell log is not available in this session.\n"
-    entries = store.history({"hist_access_type": "tail", "n": n}, supervisor.notebook)
+    entries = cell_log.history({"hist_access_type": "tail", "n": n}, supervisor.notebook)
     lines = []
     for session, count, code in entries:
         first, *rest = code.splitlines() or [""]
@@ -37,7 +28,7 @@ def history_text(supervisor: Supervisor, n: int) -> str:
     return "\n".join(lines) + "\n" if lines else "No cells recorded yet.\n"
 
 
-def status_text(supervisor: Supervisor) -> str:
+def status_text(supervisor: Supervisor, cell_log: CellLog) -> str:
     st = supervisor.status()
     timeout = st["cell_timeout"]
     rows = [
@@ -50,16 +41,16 @@ def status_text(supervisor: Supervisor) -> str:
         ("restarts", f"{st['restarts']} of {st['restart_limit']} in the last {st['restart_window']:g} s"),
         ("cell timeout", f"{timeout:g} s" if timeout else "none"),
         ("interrupt grace", f"{st['interrupt_grace']:g} s"),
-        ("cell log", _store_state(supervisor)),
+        ("cell log", cell_log.state_text()),
     ]
     width = max(len(k) for k, _ in rows)
     return "".join(f"{k:<{width}}  {v}\n" for k, v in rows)
 
 
-async def magic_output(magic: Magic, supervisor: Supervisor) -> str:
+async def magic_output(magic: Magic, supervisor: Supervisor, cell_log: CellLog) -> str:
     """Carry out one `%klbr` command; its printed answer."""
     if magic.command == "status":
-        return status_text(supervisor)
+        return status_text(supervisor, cell_log)
     if magic.command == "restart":
         old = supervisor.current
         await supervisor.restart()
@@ -72,7 +63,7 @@ async def magic_output(magic: Magic, supervisor: Supervisor) -> str:
         supervisor.set_session_timeout(seconds)
         return f"Cells now time out after {seconds:g} s.\n" if seconds else "Cells have no time limit now.\n"
     if magic.command == "history":
-        return history_text(supervisor, int(magic.args[0]) if magic.args else 10)
+        return history_text(supervisor, cell_log, int(magic.args[0]) if magic.args else 10)
     if magic.command == "placement":
         if not magic.args or magic.args[0] == supervisor.placement:
             return f"placement: {supervisor.placement}\n"

@@ -24,7 +24,7 @@ from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.wire import Wire
 
 from .frontend import Frontend
-from .requests import Request
+from .requests import Phase, Request
 
 log = logging.getLogger(__name__)
 
@@ -48,18 +48,18 @@ class StdinRelay:
         self._cancel()
         asking = wire.msg_type == "input_request"
         if asking:
-            self.supervisor.cell_input(True)  # a person is thinking: the deadline pauses
+            self.supervisor.cells.waiting_for_input(True)  # a person is thinking: the deadline pauses
         deadline = asyncio.get_running_loop().time() + INPUT_PATIENCE
         self._send(req, wire, deadline if asking else None)
 
     def to_worker(self, frames: list) -> None:
         """An input_reply: to the worker that asked."""
-        self.supervisor.cell_input(False)
+        self.supervisor.cells.waiting_for_input(False)
         self.supervisor.send("stdin", frames)
 
     def _send(self, req: Request, wire: Wire, deadline: float | None) -> None:
         self._retry = None
-        if req.reply is not None or req.answered:
+        if req.phase is not Phase.SENT or req.reply is not None:
             return  # the cell ended meanwhile (an interrupt, a lost worker): nobody asks any more
         if self.frontend.forward("stdin", req.idents, wire.frames()) or deadline is None:
             return

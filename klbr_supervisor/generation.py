@@ -1,9 +1,11 @@
-"""One workbench generation: a worker kernel, the sockets to it, its state, and how it ended.
+"""One workbench generation: a worker kernel, the channels to it, its state, and how it ended.
 
 Created and driven by the `Supervisor`. Messages the worker sends are handed, parsed, to the
-supervisor's listener, except the generation's own bookkeeping (its readiness probe and the
-worker's ``iopub_welcome`` and ``starting`` status). Every change of state goes through
-`_set_state`, and the end is recorded once, as an `Ending`.
+supervisor's listener, except the generation's own bookkeeping: its readiness probe, the worker's
+``iopub_welcome`` and ``starting`` status, and what it publishes about no request at all (start-up
+noise such as debugpy's warnings), which goes to the kernel's log and the stderr tail instead
+(DESIGN.md semantics 10). Every change of state goes through `_set_state`; the end is recorded once,
+as an `Ending`.
 """
 
 from __future__ import annotations
@@ -18,21 +20,24 @@ import time
 from collections.abc import Callable
 
 import zmq
-from jupyter_client.manager import AsyncKernelManager
+import zmq.asyncio
 from jupyter_client.session import Session
 
+from .connection import CHANNELS, WorkerChannels
 from .exits import describe_exit
-from .launch import OWN_INTERPRETER, PRELAUNCHED, StderrTail, WorkerSpecs, popen_options
+from .launch import OWN_INTERPRETER, PRELAUNCHED, StderrTail, WorkerManager, WorkerSpecs, popen_options, worker_manager
 from .reaper import Reaper
-from .sockets import Channel
 from .states import TRANSITIONS, Ending, EndReason, GenerationState
 from .wire import MalformedMessage, Wire
 
-# The worker channels the proxy talks on; heartbeat is not used (we watch the process itself).
-CHANNELS = ("shell", "control", "stdin", "iopub")
-
 MessageHandler = Callable[["Generation", str, Wire], None]
 EndHandler = Callable[["Generation", Ending], None]
+
+# How long the channels of a worker that exited may take to report their last byte read (a bound,
+# not a wait: they report it within microseconds unless a process that escaped the group holds them).
+DRAIN_BOUND = 2.0
+# Published with no parent and still the frontend's business: the debugger's events.
+_UNPARENTED_FOR_FRONTEND = frozenset({"debug_event"})
 
 
 class Generation:
@@ -70,8 +75,8 @@ class Generation:
         self._on_message = on_message
         self._on_end = on_end
         self.log = log
-        self._km: AsyncKernelManager | None = None
-        self._channels: dict[str, Channel] = {}
+        self._km: WorkerManager | None = None
+        self._channels = WorkerChannels(f"gen{number}", zmq_context, session, self._received, self._check_ready, log)
         self._stderr: StderrTail | None = None
         self._pidfd: int | None = None
         self._loop = asyncio.get_running_loop()
@@ -79,9 +84,7 @@ class Generation:
         self._ready: asyncio.Future[None] = self._loop.create_future()
         self._ended: asyncio.Future[Ending] = self._loop.create_future()
         self._probe_ids: set[str] = set()
-        self._probe_replied = False
         self._iopub_seen = False
-        self._stdin_watch: Channel | None = None  # until stdin's connection is up (see `_watch_stdin`)
         self._end_reason: EndReason | None = None
         self._drain_task: asyncio.Task | None = None
         self.next_count = 1  # the execution count the worker will give its next counted cell
@@ -97,10 +100,11 @@ class Generation:
 
         True when ready; False when it ended first (the `Ending` says why, START_FAILED).
         """
-        self._km = AsyncKernelManager(
-            kernel_name=self.kernel_name,
-            kernel_spec_manager=WorkerSpecs(),
+        self._km = worker_manager(
+            self.kernel_name,
             session=self._session,
+            # Shadows the supervisor's context: no ZMQ threads of its own per generation.
+            context=zmq.asyncio.Context.shadow(self._zmq.underlying),
             # ipc: local, faster than loopback tcp, and files only we can reach in our private dir
             transport="ipc",
             ip=os.path.join(self._runtime_dir, f"gen{self.number}"),
@@ -114,6 +118,7 @@ class Generation:
             await self._km.start_kernel(extra_arguments=extra, **popen_options())
         except Exception as e:
             self.log.error("generation %d: could not launch %s: %s", self.number, self.kernel_name, e)
+            await self._release_manager()
             self._finish(Ending(EndReason.START_FAILED, None, f"could not be launched: {e}"))
             return False
         provisioner = self._km.provisioner
@@ -131,7 +136,8 @@ class Generation:
             self._killpg(signal.SIGKILL)
             await self._ended
             return False
-        self._connect()
+        info = self._km.get_connection_info()
+        self._channels.connect({name: f"ipc://{info['ip']}-{info[name + '_port']}" for name in CHANNELS})
         self._probe()
         try:
             async with asyncio.timeout(timeout):
@@ -140,7 +146,7 @@ class Generation:
             self.log.error("generation %d: not ready after %.0f s", self.number, timeout)
             await self.stop(EndReason.START_FAILED)
             return False
-        if not self._ready.done() or self.state is not GenerationState.STARTING:
+        if not self._ready.done() or self._ready.cancelled() or self.state is not GenerationState.STARTING:
             return False  # it died, or `stop` is ending it (a shutdown while it started)
         self._set_state(GenerationState.READY, "answered kernel_info")
         self.state_was_ready = True
@@ -171,7 +177,7 @@ class Generation:
             {"code": code, "silent": True, "store_history": False, "user_expressions": {}, "allow_stdin": False},
         )
         self._probe_ids.add(msg["header"]["msg_id"])
-        self._channels["shell"].send(self._session.serialize(msg))
+        self._channels.send("shell", self._session.serialize(msg))
         self.next_count = last_count + 1
 
     async def stop(self, reason: EndReason, grace: float = 1.0) -> Ending:
@@ -196,10 +202,9 @@ class Generation:
             await self._km.interrupt_kernel()
 
     def send(self, channel: str, frames: list) -> bool:
-        ch = self._channels.get(channel)
-        if ch is None or self.state in (GenerationState.ENDING, GenerationState.ENDED):
+        if self.state in (GenerationState.ENDING, GenerationState.ENDED):
             return False
-        return ch.send(frames)
+        return self._channels.send(channel, frames)
 
     def mark_busy(self, busy: bool) -> None:
         """Called by the supervisor as cells start and finish on this generation."""
@@ -228,61 +233,11 @@ class Generation:
             return False
         return any("ipykernel" in a for a in argv)
 
-    def _connect(self) -> None:
-        info = self._km.get_connection_info()
-        kinds = {"shell": zmq.DEALER, "control": zmq.DEALER, "stdin": zmq.DEALER, "iopub": zmq.SUB}
-        for name in CHANNELS:
-            sock = self._zmq.socket(kinds[name])
-            sock.linger = 0
-            # Never drop between worker and proxy: the frontend and the store must see every output.
-            sock.rcvhwm = 0
-            sock.sndhwm = 0
-            # We connect before the worker binds: retry every 10-20 ms rather than libzmq's
-            # 100-200 ms, which would otherwise add up to 0.2 s to a generation's start (ipc, local).
-            sock.reconnect_ivl = 10
-            if name == "iopub":
-                sock.setsockopt(zmq.SUBSCRIBE, b"")
-            else:
-                # ipykernel sends input_request to the identity the execute came from on shell, so
-                # shell and stdin must share one (as jupyter_client's clients do).
-                sock.setsockopt(zmq.IDENTITY, self._session.bsession)
-            if name == "stdin":
-                self._watch_stdin(sock)
-            sock.connect(f"ipc://{info['ip']}-{info[name + '_port']}")
-            self._channels[name] = Channel(
-                f"gen{self.number}.{name}", sock, lambda frames, n=name: self._received(n, frames)
-            )
-
-    def _watch_stdin(self, sock: zmq.Socket) -> None:
-        """Hold readiness until stdin's connection is up.
-
-        The worker's stdin is a ROUTER, which drops a message for a peer it does not know yet: an
-        input_request sent before our connection is made would be lost, and the cell would wait
-        for an answer forever. Our sockets connect before the worker binds and then retry on
-        their own 100-200 ms timers, while ipykernel can answer on shell ~100 ms after binding.
-        So shell answering proves nothing about stdin (shell and stdin DEALERs queue what we send
-        until connected; only the worker's stdin sends to us unasked).
-        """
-        monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
-
-        def connected(_frames: list) -> None:
-            self._stop_watching_stdin(sock)
-            self._check_ready()
-
-        self._stdin_watch = Channel(f"gen{self.number}.stdin-monitor", monitor, connected)
-
-    def _stop_watching_stdin(self, sock: zmq.Socket | None = None) -> None:
-        if self._stdin_watch is not None:
-            if sock is not None:
-                sock.disable_monitor()
-            self._stdin_watch.close()
-            self._stdin_watch = None
-
     def _probe(self) -> None:
         """Ask kernel_info; readiness is its reply plus proof that iopub is subscribed."""
         msg = self._session.msg("kernel_info_request")
         self._probe_ids.add(msg["header"]["msg_id"])
-        self._channels["shell"].send(self._session.serialize(msg))
+        self._channels.send("shell", self._session.serialize(msg))
 
     def _received(self, channel: str, frames: list) -> None:
         try:
@@ -296,25 +251,36 @@ class Generation:
             if not self._iopub_seen:
                 self._iopub_seen = True
                 self._check_ready()
-            if wire.msg_type == "iopub_welcome" or wire.parent_id in self._probe_ids:
+            if wire.parent_id in self._probe_ids or wire.msg_type == "iopub_welcome":
                 return
-            if wire.msg_type == "status" and not wire.parent_id:
-                return  # "starting": news of the worker, not of a frontend request
+            if not wire.parent_id and wire.msg_type not in _UNPARENTED_FOR_FRONTEND:
+                self._own_news(wire)
+                return
         elif wire.parent_id in self._probe_ids:
             if wire.msg_type == "kernel_info_reply":
                 self.kernel_info = wire.content
-                self._probe_replied = True
                 self._check_ready()
             elif wire.msg_type == "execute_reply" and wire.content.get("status") != "ok":
                 self.log.warning("generation %d: could not continue the execution count: %s", self.number, wire.content)
             return
         self._on_message(self, channel, wire)
 
+    def _own_news(self, wire: Wire) -> None:
+        """Published about no request (the `starting` status, start-up stderr): not the frontend's."""
+        if wire.msg_type != "stream":
+            return
+        text = wire.content.get("text", "")
+        if isinstance(text, str) and text:
+            self.log.info("generation %d (pid %s) printed: %s", self.number, self.pid, text.rstrip())
+            if self._stderr is not None:
+                self._stderr.keep(text.encode("utf-8", "replace"))
+
     def _check_ready(self) -> None:
-        if self._ready.done() or not self._probe_replied:
+        """Ready: kernel_info answered, iopub subscribed, stdin connected (see `connection`)."""
+        if self._ready.done() or not self.kernel_info:
             return
         if self._iopub_seen:
-            if self._stdin_watch is None:
+            if self._channels.connected("stdin"):
                 self._ready.set_result(None)
         else:
             # Replied before our subscription reached its iopub (a kernel without iopub_welcome):
@@ -333,18 +299,18 @@ class Generation:
         if returncode is None:  # cannot happen for a pidfd, but never report a live worker as ended
             returncode = self._km.provisioner.process.wait()
         self._exited.set_result(returncode)
+        if self.pgid:
+            # Whatever the worker started goes with it, now: a child it forked would hold its end
+            # of the channels open, and the drain waits for their ends.
+            self._killpg(signal.SIGKILL)
         if self.state in (GenerationState.READY, GenerationState.BUSY):
             self._set_state(GenerationState.ENDING, describe_exit(returncode))
         # Held: the loop keeps only weak references to tasks.
         self._drain_task = self._loop.create_task(self._drain_then_finish(returncode))
 
     async def _drain_then_finish(self, returncode: int) -> None:
-        # What the worker sent before it died may still be in ZMQ's I/O thread: a short settle, then
-        # deliver everything queued, before anyone hears of the end (DESIGN.md semantics 7).
-        for _ in range(3):
-            await asyncio.sleep(0.01)
-            for ch in self._channels.values():
-                ch.drain()
+        # Everything the worker sent is delivered before anyone hears of the end (semantics 7).
+        await self._channels.drain(DRAIN_BOUND)
         if self._stderr is not None:
             self._stderr.read_now()
         if self._end_reason is not None:
@@ -354,24 +320,29 @@ class Generation:
         else:
             reason = EndReason.LOST
         tail = self._stderr.text() if self._stderr is not None else ""
+        await self._release_manager()
         self._finish(Ending(reason, returncode, describe_exit(returncode), tail))
+
+    async def _release_manager(self) -> None:
+        """The manager's connection file, ipc files and control socket go with the generation."""
+        if self._km is None:
+            return
+        try:
+            await self._km.cleanup_resources()
+        except Exception:
+            self.log.exception("generation %d: cleaning up its kernel manager failed", self.number)
 
     def _finish(self, ending: Ending) -> None:
         if self.state is GenerationState.ENDED:
             return
         self.ending = ending
         self._set_state(GenerationState.ENDED, f"{ending.reason.value}: {ending.how}")
-        self._stop_watching_stdin()
-        for ch in self._channels.values():
-            ch.close()
+        self._channels.close()
         if self.pgid:
             self._killpg(signal.SIGKILL)  # whatever the worker started goes with it
             self._reaper.forget(self.pgid)
         if self._stderr is not None:
             self._stderr.close()
-        if self._km is not None:
-            self._km.cleanup_connection_file()
-            self._km.cleanup_ipc_files()
         if self.pid is not None:
             # ipykernel's per-process cell files (used by the debugger)
             shutil.rmtree(os.path.join(tempfile.gettempdir(), f"ipykernel_{self.pid}"), ignore_errors=True)

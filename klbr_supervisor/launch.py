@@ -1,9 +1,10 @@
 """Starting a local worker through jupyter_client, so that it cannot outlive the proxy.
 
-The worker is an ordinary kernel started by `AsyncKernelManager` from a kernelspec; jupyter_client's
+The worker is an ordinary kernel started by an `AsyncKernelManager` from a kernelspec; jupyter_client's
 local provisioner already puts it in its own process group. Here we add what a supervised worker
-needs on top: PR_SET_PDEATHSIG, a captured stderr tail for `WorkerStartFailed`, and the built-in
-default spec "ipykernel on the proxy's own interpreter".
+needs on top: the death signal (see `deathsig`), a captured stderr tail for `WorkerStartFailed`, the
+built-in default spec "ipykernel on the proxy's own interpreter", and the adoption of the worker that
+`prelaunch` started before the proxy's imports.
 """
 
 from __future__ import annotations
@@ -12,36 +13,58 @@ import asyncio
 import os
 import subprocess
 import sys
+import uuid
 from collections import deque
 
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
+from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import KernelProvisionerBase, LocalProvisioner
 
-from . import prelaunch
-from .prelaunch import die_with_parent
+from . import deathsig, prelaunch
 
 # The name under which `Supervisor.worker_kernel = ""` resolves: ipykernel on sys.executable.
 OWN_INTERPRETER = "klbr-own-python"
 # The same worker, started before the proxy's imports and adopted by `PrelaunchedProvisioner`.
 PRELAUNCHED = "klbr-prelaunched"
 
+
 class WorkerSpecs(KernelSpecManager):
     """Installed kernelspecs, plus the built-in one for ipykernel on this interpreter."""
 
     def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
         if kernel_name in (OWN_INTERPRETER, PRELAUNCHED):
-            metadata = {"debugger": True}
-            if kernel_name == PRELAUNCHED:
-                metadata["kernel_provisioner"] = {"provisioner_name": "klbr-prelaunched"}
             return KernelSpec(
-                argv=[sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                argv=prelaunch.worker_command("{connection_file}"),
                 display_name=f"Python {sys.version_info.major}.{sys.version_info.minor}",
                 language="python",
                 interrupt_mode="signal",
                 resource_dir="",
-                metadata=metadata,
+                metadata={"debugger": True},
             )
         return super().get_kernel_spec(kernel_name)
+
+
+class WorkerManager(AsyncKernelManager):
+    """jupyter_client's manager for one generation's worker, as the supervisor launches it."""
+
+    def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
+        cmd = super().format_kernel_cmd(extra_arguments)
+        if self.kernel_name in (OWN_INTERPRETER, PRELAUNCHED):
+            return cmd  # `klbr_supervisor.worker` arms the death signal itself
+        return deathsig.command(os.getpid(), cmd)
+
+
+def worker_manager(kernel_name: str, **kwargs) -> WorkerManager:
+    """A manager for `kernel_name`; for `PRELAUNCHED`, one that adopts the prelaunched worker.
+
+    jupyter_client asks its provisioner factory (entry points) for a provisioner only when the manager
+    has none yet, so the adopting provisioner is handed over directly and is no public entry point
+    that a kernelspec could name outside klbr (issue I, defect 7)."""
+    km = WorkerManager(kernel_name=kernel_name, kernel_spec_manager=WorkerSpecs(), **kwargs)
+    if kernel_name == PRELAUNCHED:
+        km.kernel_id = str(uuid.uuid4())
+        km.provisioner = PrelaunchedProvisioner(kernel_id=km.kernel_id, kernel_spec=km.kernel_spec, parent=km)
+    return km
 
 
 class PrelaunchedProvisioner(LocalProvisioner):
@@ -84,21 +107,27 @@ class StderrTail:
         self._loop.add_reader(self._fd, self._read)
         self.closed = False
 
-    def _read(self) -> None:
+    def _read(self) -> int:
+        """Read what the pipe has (the loop calls this when it is readable); bytes read."""
         try:
             data = os.read(self._fd, 65536)
         except BlockingIOError:
-            return
+            return 0
         except OSError:
             data = b""
         if not data:
             self.close()
-            return
+            return 0
         try:
             sys.stderr.buffer.write(data)
             sys.stderr.flush()
         except (AttributeError, OSError, ValueError):
             pass
+        self.keep(data)
+        return len(data)
+
+    def keep(self, data: bytes) -> None:
+        """Add `data` to the tail (also what the worker published on iopub about no request)."""
         self._tail.append(data)
         self._size += len(data)
         while self._size - len(self._tail[0]) >= self._limit:
@@ -106,11 +135,8 @@ class StderrTail:
 
     def read_now(self) -> None:
         """Take in whatever the pipe holds right now (before reporting a tail)."""
-        while not self.closed:
-            before = self._size
-            self._read()
-            if self._size == before:
-                break
+        while not self.closed and self._read():
+            pass
 
     def text(self, max_lines: int = 20) -> str:
         data = b"".join(self._tail)[-self._limit :]
@@ -126,4 +152,4 @@ class StderrTail:
 
 def popen_options() -> dict:
     """Keyword arguments for `AsyncKernelManager.start_kernel` that reach `subprocess.Popen`."""
-    return {"stderr": subprocess.PIPE, "preexec_fn": die_with_parent(os.getpid())}
+    return {"stderr": subprocess.PIPE}

@@ -4,7 +4,8 @@
 - deadlines: the per-cell override, else the session's `%klbr timeout`, else `cell_timeout`; the clock
   runs only while the cell runs, not while it waits for `input()`;
 - the restart budget: at most `restart_limit` automatic new generations per `restart_window` seconds;
-- the poison rule: code whose worker died under it `poison_after` times in a row is refused.
+- the poison rule: code whose worker died under it `poison_after` times in a row is refused;
+- the retry rule: idempotent requests in flight at a loss are sent once more (`may_retry`).
 """
 
 from __future__ import annotations
@@ -125,3 +126,24 @@ class Policy:
 
     def clear_poison(self) -> None:
         self._poison_digest, self._poison_count = None, 0
+
+
+# -- refusals and retries ------------------------------------------------------------------------
+
+# Requests that are safe to send again (DESIGN.md semantics 8): asking twice changes nothing.
+IDEMPOTENT = frozenset({"complete_request", "inspect_request", "is_complete_request", "history_request",
+                        "comm_info_request"})
+
+
+def may_retry(msg_type: str, retried: bool) -> bool:
+    """Whether a request in flight when its generation was lost is sent once more to the next one."""
+    return msg_type in IDEMPOTENT and not retried
+
+
+@dataclass(frozen=True)
+class Refusal:
+    """Why the supervisor will not run a cell now; the proxy words it for the notebook."""
+
+    reason: str  # "crash_loop": the restart budget is spent; "poisoned": this code killed its worker
+    count: int  # restarts in the window, or losses in a row
+    window: float = 0.0  # seconds the restarts were counted over

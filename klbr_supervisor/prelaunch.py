@@ -3,24 +3,21 @@
 Importing jupyter_client alone costs 120–300 ms here; the worker (ipykernel) takes longer still to
 start. `start` runs first thing in `python -m klbr_kernel`, with the standard library only: it writes
 the first generation's connection file and spawns ipykernel on this interpreter, so worker and
-proxy start in parallel. The supervisor then adopts that process through jupyter_client, as the
-provisioner `klbr-prelaunched` (registered as a jupyter_client.kernel_provisioners entry point), so
-the generation is managed like any other. A configuration that asks for another worker discards it.
+proxy start in parallel. The supervisor then adopts that process through jupyter_client (handing its
+kernel manager a `launch.PrelaunchedProvisioner`), so the generation is managed like any other. A
+configuration that asks for another worker discards it.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import os
 import signal
 import subprocess
 import sys
 
-# Imports here are the few the spawn needs (no dataclasses, tempfile, uuid, ctypes.util): each ms
-# before the spawn is a ms on the first cell.
-_PR_SET_PDEATHSIG = 1
-_libc = ctypes.CDLL(None, use_errno=True)  # the interpreter's own libc, without searching for it
+# Imports here are the few the spawn needs (no dataclasses, tempfile, uuid, ctypes): each ms before
+# the spawn is a ms on the first cell.
 
 # Options that choose a different first worker: no prelaunch when they are on the command line.
 _OTHER_WORKER = ("Supervisor.worker_kernel", "Supervisor.placement", "Supervisor.ipython_history")
@@ -29,15 +26,10 @@ _OTHER_WORKER = ("Supervisor.worker_kernel", "Supervisor.placement", "Supervisor
 NO_IPYTHON_HISTORY = ("--HistoryManager.enabled=False",)
 
 
-def die_with_parent(parent_pid: int):
-    """A preexec_fn: the child gets SIGKILL when the process that forked it dies."""
-
-    def preexec() -> None:
-        _libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent_pid:  # the parent died before prctl took effect
-            os._exit(1)
-
-    return preexec
+def worker_command(connection_file: str, *args: str) -> list[str]:
+    """The default worker: ipykernel on this interpreter, armed to die with this process (see
+    `klbr_supervisor.worker`)."""
+    return [sys.executable, "-m", "klbr_supervisor.worker", str(os.getpid()), "-f", connection_file, *args]
 
 
 class Prelaunched:
@@ -119,10 +111,8 @@ def start(argv: list[str]) -> None:
     with open(os.open(conn, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         json.dump(worker, f)
     session_id = new_id()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "ipykernel_launcher", "-f", conn, f"--Session.session={session_id}", *NO_IPYTHON_HISTORY],
-        stderr=subprocess.PIPE, start_new_session=True, preexec_fn=die_with_parent(os.getpid()),
-    )
+    process = subprocess.Popen(worker_command(conn, f"--Session.session={session_id}", *NO_IPYTHON_HISTORY),
+                               stderr=subprocess.PIPE, start_new_session=True)
     _started = Prelaunched(process, runtime, conn, session_id)
 
 

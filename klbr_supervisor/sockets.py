@@ -4,6 +4,10 @@ Sockets here are plain (non-asyncio) pyzmq sockets whose edge-triggered FD is wa
 ``loop.add_reader``. Every message is handed to a synchronous callback on the loop thread, so the
 forwarding path has no per-message futures or tasks. Sends never block: internal sockets have no
 high-water mark, and toward a frontend a full queue drops, as a PUB socket does in ipykernel.
+
+A callback is the error boundary of what it receives (the proxy answers a request whose handling
+raised): a `Channel` catches nothing. An exception that still escapes a callback reaches asyncio's
+exception handler, which logs it, and the messages queued behind it are delivered all the same.
 """
 
 from __future__ import annotations
@@ -71,8 +75,11 @@ class Channel:
 
     def drain(self) -> None:
         """Deliver every message already queued on the socket (used before a generation ends)."""
-        while not self.closed and self._drain_batch():
-            pass
+        try:
+            while not self.closed and self._drain_batch():
+                pass
+        finally:
+            self._schedule()  # if a callback raised, the rest is delivered on the next turn
 
     def close(self, linger: int = 0) -> None:
         if self.closed:
@@ -88,8 +95,12 @@ class Channel:
 
     def _drain(self) -> None:
         self._scheduled = False
-        if self._drain_batch():
-            self._schedule()
+        more = True
+        try:
+            more = self._drain_batch()
+        finally:
+            if more:  # also when a callback raised: what is queued behind it is not stranded
+                self._schedule()
 
     def _drain_batch(self) -> bool:
         """Deliver up to one batch; True when more may be waiting."""
@@ -107,8 +118,5 @@ class Channel:
             except zmq.ZMQError as e:
                 log.warning("%s: receive failed: %s", self.name, e)
                 return False
-            try:
-                self._on_message(frames)
-            except Exception:
-                log.exception("%s: message handler failed; message dropped", self.name)
+            self._on_message(frames)
         return True

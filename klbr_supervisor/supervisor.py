@@ -1,13 +1,15 @@
 """The supervisor: starts workbench generations, ends them when they must end, and replaces them.
 
-Driven by the proxy (or a test) through `send`, `send_execute`, the `cell_*` notes, `interrupt`,
-`restart` and `shutdown`; it reports back through a `WorkerListener`. It never sees a frontend.
-Decisions (ladder, deadlines, budget, poison) are the `Policy`'s; this class carries them out.
+Driven by the proxy (or a test) through `send`, `send_execute`, `cells` (the running cell: busy,
+input, finished), `interrupt`, `restart` and `shutdown`; it reports back through a `WorkerListener`.
+It never sees a frontend. Decisions (ladder, deadlines, budget, poison, refusals, retries) are the
+`Policy`'s; this class and `CellWatch` carry them out.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import shutil
 import tempfile
 from typing import Protocol
@@ -18,13 +20,15 @@ from traitlets import Bool, Float, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
 from . import prelaunch
+from .counts import ExecutionCounts
 from .generation import Generation
 from .launch import PRELAUNCHED
-from .policy import Policy
+from .policy import Policy, Refusal
 from .reaper import Reaper
-from .running import RunningCell
+from .ladder import CellWatch
 from .states import Ending, EndReason
 from .store import Store
+from .tasks import Tasks
 from .wire import Wire
 
 # Endings that count against the restart budget: the worker went away without being asked to.
@@ -97,15 +101,18 @@ class Supervisor(LoggingConfigurable):
         )
         self.current: Generation | None = None
         self.spare: Generation | None = None
-        self.generations: list[Generation] = []
+        # Generations not yet ended (current, spare, and any being stopped); an ended one is let go
+        # of, and only its row in the store remains (issue I, defect 12).
+        self._live: set[Generation] = set()
+        self._numbers = itertools.count(1)
+        self.started_generations = 0
         self.crash_loop: int | None = None  # restarts used when the budget ran out
-        self._cell: RunningCell | None = None
-        self._count = 0  # the last execution count the frontend saw
-        self._texts: dict[int, str] = {}  # code of cells answered without the current worker
+        self.counts = ExecutionCounts()
+        self.cells = CellWatch(self.policy, self.kill_grace, self.log)
         self._stopping = False
         self._ending = False  # inside listener.generation_ended: the replacement is decided already
         self._stopped = asyncio.Event()
-        self._tg: asyncio.TaskGroup | None = None
+        self._tasks: Tasks | None = None
         self._zmq = zmq.Context.instance()
         self._reaper: Reaper | None = None
         worker = prelaunch.current()
@@ -123,7 +130,7 @@ class Supervisor(LoggingConfigurable):
         self._reaper = Reaper.start(self._runtime_dir)
         try:
             async with asyncio.TaskGroup() as tg:
-                self._tg = tg
+                self._tasks = self.cells.tasks = Tasks(tg, self.log)
                 self._launch(spare=False)  # first: the worker starts while the store opens
                 self.store.open(uuid=self.session.session, **self._labels)
                 await self._stopped.wait()
@@ -133,9 +140,10 @@ class Supervisor(LoggingConfigurable):
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
 
     def _launch(self, *, spare: bool) -> Generation:
+        number = next(self._numbers)
         gen = Generation(
-            len(self.generations) + 1,
-            kernel_name=self._first_kernel if not self.generations else self.worker_kernel,
+            number,
+            kernel_name=self._first_kernel if number == 1 else self.worker_kernel,
             placement=self.placement,
             session=self.session.clone(),
             worker_args=() if self.ipython_history else prelaunch.NO_IPYTHON_HISTORY,
@@ -146,12 +154,13 @@ class Supervisor(LoggingConfigurable):
             on_end=self._ended,
             log=self.log,
         )
-        self.generations.append(gen)
+        self._live.add(gen)
+        self.started_generations = number
         if spare:
             self.spare = gen
         else:
             self.current = gen
-        self._tg.create_task(self._bring_up(gen))
+        self._tasks.start(self._bring_up(gen), f"starting generation {number}")
         return gen
 
     async def _bring_up(self, gen: Generation) -> None:
@@ -211,8 +220,10 @@ class Supervisor(LoggingConfigurable):
     async def shutdown(self) -> None:
         """End every generation (SIGTERM, SIGKILL after `kill_grace`); nothing respawns."""
         self._stopping = True
-        await asyncio.gather(*(g.stop(EndReason.SHUTDOWN, self.kill_grace) for g in self.generations if g.ending is None))
-        self._stopped.set()
+        try:
+            await asyncio.gather(*(g.stop(EndReason.SHUTDOWN, self.kill_grace) for g in list(self._live)))
+        finally:
+            self._stopped.set()  # nothing respawns; the reaper takes whatever is left
 
     # -- requests ----------------------------------------------------------------------------------
 
@@ -226,68 +237,30 @@ class Supervisor(LoggingConfigurable):
 
         `counts` is whether the execute takes an execution count (store_history and not silent);
         `timeout` a per-cell deadline. The worker runs shell messages in order, so the silent sync
-        always runs first. From here until `cell_finished`, a loss of the worker is this cell's.
+        always runs first. From here until `cells.finished`, a loss of the worker is this cell's.
         """
         gen = self.current
         if gen is None or not gen.alive:
             return False
-        if counts and gen.next_count != self._count + 1:
-            gen.sync_count(self._count, self._texts)
-            self._texts = {}
-        cell = RunningCell(msg_id, code, gen, timeout, self._deadline_passed)
-        self._cell = cell
-        # Provisional: a worker that hangs at once (holding the GIL) never reports busy, and its
-        # deadline must still come. `cell_started` starts the clock again from busy.
-        cell.clock(self.policy.deadline_for(timeout))
+        if counts and gen.next_count != self.counts.last + 1:
+            gen.sync_count(self.counts.last, self.counts.catch_up())
+        self.cells.sent(msg_id, code, gen, timeout)
         return gen.send("shell", frames)
 
-    @property
-    def last_count(self) -> int:
-        """The highest execution count the frontend has been shown in this session."""
-        return self._count
-
-    def note_execution_count(self, count: int, *, code: str | None = None, from_worker: bool) -> None:
-        """The frontend was shown `count` (DESIGN.md semantics 4).
-
-        `from_worker` when the current worker assigned it; otherwise the proxy answered the cell and
-        its `code` is kept so the worker's `In[count]` can be filled in when it catches up.
-        """
-        self._count = max(self._count, count)
-        if from_worker and self.current is not None:
+    def worker_count(self, count: int) -> None:
+        """The current worker gave a cell `count` (its reply said so)."""
+        self.counts.from_worker(count)
+        if self.current is not None:
             self.current.next_count = count + 1
-        elif code is not None:
-            self._texts[count] = code
 
-    # -- cells: deadlines and the interrupt ladder -------------------------------------------------
-
-    def cell_started(self, msg_id: str) -> None:
-        """The worker reported busy for the execute; its deadline starts now (semantics 11)."""
-        cell = self._cell
-        if cell is None or cell.msg_id != msg_id or cell.started:
-            return
-        cell.started = True
-        cell.generation.mark_busy(True)
-        if cell.deadline is not None:
-            cell.clock(self.policy.deadline_for(cell.timeout))
-
-    def cell_input(self, waiting: bool) -> None:
-        """The running cell asked for input (the deadline pauses) or got its answer (it resumes)."""
-        if self._cell is not None:
-            self._cell.waiting_for_input(waiting)
-
-    def cell_finished(self, msg_id: str) -> None:
-        """The execute ended with a reply from its worker (not a loss)."""
-        cell = self._cell
-        if cell is None or cell.msg_id != msg_id:
-            return
-        self._cell = None
-        cell.end()
-        self.policy.note_outcome(cell.code, lost=False)
-        cell.generation.mark_busy(False)
-
-    def cell_timed_out(self, msg_id: str) -> bool:
-        cell = self._cell
-        return cell is not None and cell.msg_id == msg_id and cell.timed_out
+    def refusal(self, code: str | None) -> Refusal | None:
+        """Why a request must not run now, if it must not: the restart budget is spent (nothing can
+        run until `%klbr restart`), or `code` (an execute's) killed its worker too often in a row."""
+        if self.current is None and self.crash_loop is not None:
+            return Refusal("crash_loop", self.crash_loop, self.restart_window)
+        if code is not None and self.policy.is_poisoned(code):
+            return Refusal("poisoned", self.policy.poison_count())
+        return None
 
     async def interrupt(self) -> None:
         """Interrupt the current generation; kill it if its cell has not ended within the grace."""
@@ -296,31 +269,7 @@ class Supervisor(LoggingConfigurable):
             return
         self.store.event("interrupt", {"generation": gen.number})
         await gen.interrupt()
-        cell = self._cell
-        if cell is not None and cell.generation is gen and not cell.interrupted:
-            cell.interrupted = True
-            self._tg.create_task(self._kill_unless_finished(cell, EndReason.KILLED))
-
-    def _deadline_passed(self, cell: RunningCell) -> None:
-        self.log.warning("cell %s passed its deadline of %.0f s", cell.msg_id, cell.deadline.seconds)
-        cell.timed_out = True
-        cell.interrupted = True
-        self._tg.create_task(self._interrupt_then_kill(cell))
-
-    async def _interrupt_then_kill(self, cell: RunningCell) -> None:
-        await cell.generation.interrupt()
-        await self._kill_unless_finished(cell, EndReason.DEADLINE)
-
-    async def _kill_unless_finished(self, cell: RunningCell, reason: EndReason) -> None:
-        """The ladder's second step: called right after the interrupt went out."""
-        clock = self.policy.clock
-        try:
-            async with asyncio.timeout(self.policy.kill_at(clock()) - clock()):
-                await cell.finished.wait()
-        except TimeoutError:
-            if cell.generation.ending is None:
-                self.log.warning("generation %d ignored the interrupt: killing it", cell.generation.number)
-                await cell.generation.stop(reason, self.kill_grace)
+        self.cells.interrupted(gen)
 
     # -- status ------------------------------------------------------------------------------------
 
@@ -342,7 +291,7 @@ class Supervisor(LoggingConfigurable):
             "restart_window": self.restart_window,
             "cell_timeout": self.policy.timeout_for(),
             "interrupt_grace": self.policy.interrupt_grace,
-            "generations": len(self.generations),
+            "generations": self.started_generations,
         }
 
     # -- from generations --------------------------------------------------------------------------
@@ -361,6 +310,7 @@ class Supervisor(LoggingConfigurable):
         asked = ending.reason in (EndReason.SHUTDOWN, EndReason.RESTART)
         (self.log.info if asked else self.log.warning)(
             "generation %d (pid %s) ended: %s, %s", gen.number, gen.pid, ending.reason.value, ending.how)
+        self._live.discard(gen)
         if gen.state_was_ready:
             self.store.generation_ended(gen.number, f"{ending.reason.value}: {ending.how}")
         if gen is self.spare:
@@ -368,12 +318,7 @@ class Supervisor(LoggingConfigurable):
             return
         if gen is not self.current:
             return
-        cell = self._cell
-        if cell is not None and cell.generation is gen:
-            self._cell = None
-            cell.end()
-            if ending.reason is EndReason.LOST:
-                self.policy.note_outcome(cell.code, lost=True)
+        self.cells.ended(gen, ending.reason)
         self.current = None
         # Decide before telling the proxy, so it can answer what waits (a crash loop, a failed start).
         replace = not self._stopping and ending.reason is not EndReason.START_FAILED
@@ -398,4 +343,4 @@ class Supervisor(LoggingConfigurable):
     def _stop_spare(self) -> None:
         spare, self.spare = self.spare, None
         if spare is not None and spare.ending is None:
-            self._tg.create_task(spare.stop(EndReason.SHUTDOWN, self.kill_grace))
+            self._tasks.start(spare.stop(EndReason.SHUTDOWN, self.kill_grace), "stopping the spare")

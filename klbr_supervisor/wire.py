@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-DELIM = b"<IDS|MSG>"
+from .protocol import DELIM
 
 
 class MalformedMessage(ValueError):

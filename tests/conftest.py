@@ -12,14 +12,16 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import zmq
 from jupyter_client.manager import KernelManager
+from jupyter_client.session import Session
 
 HERE = Path(__file__).parent
 TEST_KERNELS = HERE / "kernels"
 
 
 BEHAVIOURS = ("sigkill", "exit", "segfault", "ignore-sigint", "hang-in-c", "die-in-output", "complete",
-              "exit-after-reply", "late-stdin")
+              "exit-after-reply", "late-stdin", "output-then-die", "drops-is-complete", "noisy")
 _SPECS = tempfile.TemporaryDirectory(prefix="klbr-test-specs-")
 
 
@@ -45,18 +47,21 @@ def pytest_unconfigure(config):
     _SPECS.cleanup()
 
 
-def misbehaving(behaviour: str, *options: str):
+def misbehaving(behaviour: str, *options: str, env: dict | None = None):
     """A klbr kernel whose workers are the misbehaving ipykernel of tests/workers."""
-    return start_kernel(extra_arguments=[f"--Supervisor.worker_kernel=misbehaving-{behaviour}", *options])
+    return start_kernel(extra_arguments=[f"--Supervisor.worker_kernel=misbehaving-{behaviour}", *options], env=env)
 
 
 @contextmanager
 def start_kernel(name: str = "klbr", extra_arguments: list[str] | None = None, env: dict | None = None,
-                 stdin: bool = True):
+                 stdin: bool = True, log: Path | None = None):
+    """A kernel and a client for it; `log` is a file for the kernel's stderr (its log)."""
     km = KernelManager(kernel_name=name)
     kw = {}
     if env is not None:
         kw["env"] = {**os.environ, **env}
+    if log is not None:
+        kw["stderr"] = open(log, "w")
     km.start_kernel(extra_arguments=extra_arguments or [], **kw)
     kc = km.client()
     kc.start_channels(stdin=stdin)
@@ -67,6 +72,43 @@ def start_kernel(name: str = "klbr", extra_arguments: list[str] | None = None, e
         kc.stop_channels()
         if km.has_kernel:
             km.shutdown_kernel()
+        if log is not None:
+            kw["stderr"].close()
+
+
+@contextmanager
+def raw_socket(km, channel: str, identity: bytes | None = None):
+    """A socket of the test's own on one of the kernel's channels, and a Session signing with the
+    kernel's key: for messages no jupyter_client call sends (hostile, resent, late)."""
+    info = km.get_connection_info()
+    sock = zmq.Context.instance().socket(zmq.SUB if channel == "iopub" else zmq.DEALER)
+    sock.linger = 0
+    if channel == "iopub":
+        sock.setsockopt(zmq.SUBSCRIBE, b"")
+    if identity is not None:
+        sock.setsockopt(zmq.IDENTITY, identity)
+    port = info[f"{channel}_port"]
+    sock.connect(f"ipc://{info['ip']}-{port}" if info["transport"] == "ipc" else f"tcp://{info['ip']}:{port}")
+    try:
+        yield sock, Session(key=info["key"].encode() if isinstance(info["key"], str) else info["key"],
+                            signature_scheme=info["signature_scheme"])
+    finally:
+        sock.close()
+
+
+def receive(sock, session, timeout: float = 10) -> dict:
+    """The next message on a raw socket, deserialized (fails when none comes within `timeout`)."""
+    assert sock.poll(int(timeout * 1000)), f"no message within {timeout} s"
+    _, frames = session.feed_identities(sock.recv_multipart())
+    return session.deserialize(frames)
+
+
+def send_raw(sock, session, kind: str, content: dict | None = None, **header) -> dict:
+    """Send a signed message whose header carries `header` on top of the usual fields; returns it."""
+    msg = session.msg(kind, content if content is not None else {})
+    msg["header"].update(header)
+    sock.send_multipart(session.serialize(msg))
+    return msg
 
 
 @pytest.fixture
@@ -121,3 +163,14 @@ def kill_quietly(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
+
+
+def results(outputs: list[dict]) -> list[str]:
+    """The text/plain of each execute_result among a request's iopub messages."""
+    return [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"]
+
+
+def stream_text(outputs: list[dict], name: str | None = None) -> str:
+    """All the stream text (of one stream, if `name` is given) among a request's iopub messages."""
+    return "".join(m["content"]["text"] for m in outputs
+                   if m["msg_type"] == "stream" and (name is None or m["content"]["name"] == name))

@@ -299,3 +299,52 @@ def test_sigint_to_the_proxy_interrupts_like_interrupt_request():
         assert reply["content"]["ename"] == "KeyboardInterrupt"
         _, outputs = execute(kc, "kept")
         assert _result(outputs) == ["5"]
+
+
+def _lines(outputs) -> list[str]:
+    return "".join(m["content"]["text"] for m in outputs if m["msg_type"] == "stream").splitlines()
+
+
+def _recorded_lines(db) -> list[str]:
+    import json
+    import sqlite3
+
+    conn = sqlite3.connect(db)
+    cell = conn.execute("SELECT max(id) FROM cells").fetchone()[0]
+    rows = conn.execute("SELECT msg_type, content FROM outputs WHERE cell_id = ? ORDER BY seq", (cell,)).fetchall()
+    return "".join(json.loads(c)["text"] for t, c in rows if t == "stream").splitlines()
+
+
+def test_everything_a_worker_wrote_as_it_died_reaches_the_frontend_and_the_log(tmp_path):
+    """The worker's last 2000 outputs are on the wire at the instant it dies: each is delivered and
+    recorded, in order, before the WorkerLost error (the drain waits for the channels' own end)."""
+    db = tmp_path / "log.sqlite3"
+    with misbehaving("output-then-die", env={"KLBR_DB": str(db)}) as (km, kc):
+        reply, outputs = execute(kc, "misbehave()")
+        assert reply["content"]["ename"] == "WorkerLost"
+        assert _lines(outputs) == [f"line {i}" for i in range(2000)]
+        kinds = [m["msg_type"] for m in outputs]
+        assert kinds.index("error") > max(i for i, k in enumerate(kinds) if k == "stream")
+    assert _recorded_lines(db) == [f"line {i}" for i in range(2000)]
+
+
+def test_a_dying_worker_is_drained_even_when_the_kernel_reads_only_after_the_death(tmp_path):
+    """The kernel process is stopped while its worker writes its last outputs and dies, so the exit
+    and all those bytes wait for it together: none may be lost to the end being handled first."""
+    db, go = tmp_path / "log.sqlite3", tmp_path / "go"
+    with misbehaving("output-then-die", env={"KLBR_DB": str(db)}) as (km, kc):
+        pid = worker_pid(kc)
+        msg_id = kc.execute(f"misbehave({str(go)!r}, lines=150)")
+        while kc.get_iopub_msg(timeout=10)["msg_type"] != "execute_input":
+            pass
+        proxy = km.provisioner.process.pid
+        os.kill(proxy, signal.SIGSTOP)
+        try:
+            go.touch()
+            assert process_gone(pid, timeout=20), "the worker wrote its output and died"
+        finally:
+            os.kill(proxy, signal.SIGCONT)
+        reply, outputs = collect(kc, msg_id)
+        assert reply["content"]["ename"] == "WorkerLost"
+        assert _lines(outputs) == [f"line {i}" for i in range(150)]
+    assert _recorded_lines(db) == [f"line {i}" for i in range(150)]

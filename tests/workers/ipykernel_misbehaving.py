@@ -3,10 +3,13 @@
     python ipykernel_misbehaving.py BEHAVIOUR [MARKER] -f CONNECTION_FILE
 
 The kernel runs cells normally; the cell `misbehave()` triggers BEHAVIOUR (for "complete", the first
-complete_request does, once per MARKER file). Each behaviour is a way real workers die or hang.
-"late-stdin" misbehaves at start-up instead: stdin is bound last, just before the kernel serves,
-as a slow machine can make any worker do (the supervisor's connection to it is then still waiting
-on its retry timer when shell already answers).
+complete_request does, once per MARKER file; for "drops-is-complete", every is_complete_request does:
+ipykernel logs the handler's exception and never replies). Each behaviour is a way real workers die,
+hang or fail. "noisy" prints to stderr from a thread soon after start, about no request at all.
+"late-stdin" misbehaves at start-up instead: its stdin is bound once, half a second after the kernel
+serves shell. That is what a slow machine can make of any worker as the supervisor sees it (its
+connection to stdin is still waiting on a retry timer when shell already answers), made certain:
+shell answers kernel_info while stdin cannot be connected at all.
 """
 
 from __future__ import annotations
@@ -15,9 +18,11 @@ import ctypes
 import os
 import signal
 import sys
+import threading
 import time
 from pathlib import Path
 
+import zmq
 from ipykernel.ipkernel import IPythonKernel
 from ipykernel.kernelapp import IPKernelApp
 
@@ -25,7 +30,7 @@ BEHAVIOUR = sys.argv.pop(1)
 MARKER = sys.argv.pop(1) if BEHAVIOUR == "complete" else None
 
 
-def misbehave() -> None:
+def misbehave(go: str | None = None, lines: int = 2000) -> None:
     if BEHAVIOUR == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif BEHAVIOUR == "exit":
@@ -48,17 +53,34 @@ def misbehave() -> None:
         for _ in range(20):
             sys.stdout.write("z" * 65536)  # still buffered when the worker dies: lost with it
         os.kill(os.getpid(), signal.SIGKILL)
+    elif BEHAVIOUR == "output-then-die":
+        # Output, and death the instant all of it is on the wire: the IOPub thread stops and its own
+        # context is destroyed, which returns once every queued message is written to the socket.
+        # With `go`, first wait for that file (so a test can stop the kernel process meanwhile).
+        while go is not None and not os.path.exists(go):
+            time.sleep(0.01)
+        for i in range(lines):
+            print(f"line {i}", flush=True)
+        app = MisbehavingApp.instance()
+        app.iopub_thread.stop()
+        app.iopub_context.destroy(linger=10_000)
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 class MisbehavingKernel(IPythonKernel):
     implementation = "ipykernel-misbehaving"
 
     def do_execute(self, code, *args, **kwargs):
-        if code.strip() == "misbehave()":
-            misbehave()
+        if code.strip().startswith("misbehave("):
+            eval(code, {"misbehave": misbehave})
             if BEHAVIOUR == "exit-after-reply":
                 code = "'replied'"
         return super().do_execute(code, *args, **kwargs)
+
+    def do_is_complete(self, code):
+        if BEHAVIOUR == "drops-is-complete":
+            raise RuntimeError("this worker drops is_complete_request")
+        return super().do_is_complete(code)
 
     async def execute_request(self, stream, ident, parent):
         await super().execute_request(stream, ident, parent)
@@ -75,17 +97,26 @@ class MisbehavingKernel(IPythonKernel):
 
 
 class MisbehavingApp(IPKernelApp):
-    def init_sockets(self):
-        super().init_sockets()
-        if BEHAVIOUR == "late-stdin":
-            self._stdin_url = self.stdin_socket.last_endpoint
-            self.stdin_socket.unbind(self._stdin_url)
+    def init_iopub(self, context):
+        if BEHAVIOUR == "output-then-die":
+            context = self.iopub_context = zmq.Context()  # its own, to be destroyed alone
+        super().init_iopub(context)
+
+    def _bind_socket(self, s, port):
+        if BEHAVIOUR == "late-stdin" and s is getattr(self, "stdin_socket", None):
+            self._late_stdin_port = port
+            return port  # bound in `start`, and only once (never bound, unbound and bound again)
+        return super()._bind_socket(s, port)
 
     def start(self):
         if BEHAVIOUR == "late-stdin":
-            time.sleep(0.3)  # the supervisor's stdin is now between connection attempts
-            self.stdin_socket.bind(self._stdin_url)
+            threading.Timer(0.5, self._try_bind_socket, (self.stdin_socket, self._late_stdin_port)).start()
+        elif BEHAVIOUR == "noisy":
+            threading.Timer(0.3, lambda: print(NOISE, file=sys.stderr, flush=True)).start()
         super().start()
+
+
+NOISE = "klbr-test: a worker's news about no request at all"
 
 
 if __name__ == "__main__":

@@ -1,0 +1,151 @@
+"""What the proxy answers itself: `%klbr` cells, history from the cell log, refusals, aborted
+requests, interrupt and shutdown requests, and the error of a request whose generation ended.
+
+An execute answered here is a cell like any other: it gets an execution count and an `In[n]`
+(semantics 4), its outputs are shown and recorded, and its reply and idle wait until its outcome is
+committed (semantics 3).
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING
+
+from .outcomes import CellError, refusal_error, session_paused_error
+from .requests import QUEUED, Phase, Request
+from .status import magic_output
+
+if TYPE_CHECKING:
+    from .proxy import Proxy
+
+log = logging.getLogger(__name__)
+
+
+class Answers:
+    def __init__(self, proxy: Proxy):
+        self.proxy = proxy
+
+    def here(self, req: Request, *, error: CellError | None = None, stdout: str = "") -> None:
+        """Answer a queued request without (further) help from a worker: a `%klbr` cell, a refusal,
+        or a request whose generation ended."""
+        proxy = self.proxy
+        req.move(Phase.ANSWERED)
+        if req.msg_type != "execute_request":
+            content = {"status": "error", **error.content()} if error else {"status": "ok"}
+            proxy.replies.own(req, content)
+            req.reply_content = content
+            proxy.delivery.release(req)
+            return
+        proxy.replies.busy(req)
+        if req.counts:
+            announce = req.count is None  # the worker never said In[n] for it
+            req.count = proxy.supervisor.counts.answered(req.code, req.count)
+            if announce:
+                proxy.frontend.send_iopub("execute_input", {"code": req.code, "execution_count": req.count}, req.header)
+        count = req.count if req.count is not None else proxy.supervisor.counts.last
+        if stdout and not req.silent:
+            self.output(req, "stream", {"name": "stdout", "text": stdout})
+        if error is not None:
+            if not req.silent:
+                self.output(req, "error", error.content())
+            content = {"status": "error", **error.content(), "execution_count": count}
+        else:
+            content = {"status": "ok", "execution_count": count, "user_expressions": {}, "payload": []}
+        req.reply_content = content
+        req.held += [lambda: proxy.replies.reply(req, content), lambda: proxy.replies.idle(req)]
+        if req.record is not None:
+            proxy.cell_log.finish(req, content, proxy.guarded(req, lambda error: proxy.delivery.release(req)))
+        else:
+            proxy.cell_log.answered(req, content, req.own_outputs)
+            proxy.delivery.release(req)
+
+    def abort(self, req: Request) -> None:
+        """Answer `req` aborted, unrun (queued behind an error, or at shutdown), and record it so."""
+        proxy = self.proxy
+        if req.phase is Phase.DONE:
+            return
+        proxy.forget(req)
+        req.move(Phase.ANSWERED)
+        content = {"status": "aborted"}
+        if req.record is not None:  # its row says `running`: say how it ended instead
+            proxy.cell_log.finish(req, content, lambda error: None)
+        else:
+            proxy.cell_log.answered(req, content)
+        proxy.replies.own(req, content if req.msg_type in QUEUED else None)
+        req.move(Phase.DONE)
+
+    def output(self, req: Request, msg_type: str, content: dict) -> None:
+        """An output the proxy itself gives a cell: shown, and recorded like the worker's."""
+        proxy = self.proxy
+        proxy.frontend.send_iopub(msg_type, content, req.header)
+        if req.record is not None:
+            proxy.cell_log.output(req, msg_type, proxy.session.pack(content))
+        else:
+            req.own_outputs.append((msg_type, content))  # recorded with the row, when it is written
+
+    def refusal(self, req: Request) -> CellError | None:
+        """Why `req` must not run now, if it must not (crash loop, poisoned code, no cell log)."""
+        proxy = self.proxy
+        cell_log = proxy.cell_log
+        if cell_log.is_cell(req) and cell_log.unavailable is not None and cell_log.required:
+            return session_paused_error(cell_log.unavailable)
+        refusal = proxy.supervisor.refusal(req.worker_code if req.msg_type == "execute_request" else None)
+        return refusal_error(refusal) if refusal is not None else None
+
+    def history(self, req: Request) -> None:
+        """From the cell log, so history survives workers and sessions (it is not the worker's own)."""
+        proxy = self.proxy
+        try:
+            history = proxy.cell_log.history(req.content, proxy.supervisor.notebook)
+            content = {"status": "ok", "history": history}
+        except Exception as e:  # a bad pattern or a broken file: an error reply, never a hang
+            log.warning("history from the cell log failed: %s", e)
+            content = {"status": "error", "ename": type(e).__name__, "evalue": str(e), "traceback": [], "history": []}
+        req.move(Phase.ANSWERED)
+        proxy.replies.own(req, content)
+        proxy.delivery.release(req)
+
+    async def magics(self, req: Request) -> None:
+        """A cell of `%klbr` lines, carried out by the supervisor (`status`)."""
+        error, text = None, ""
+        if req.magic_error:
+            error = CellError("UsageError", req.magic_error)
+        else:
+            try:
+                for magic in req.magics:
+                    text += await magic_output(magic, self.proxy.supervisor, self.proxy.cell_log)
+            except ValueError as e:  # MagicError, and a bad argument
+                error = CellError("UsageError", str(e))
+        if req.phase is Phase.PROXY:  # not answered meanwhile (a shutdown)
+            self.here(req, error=error, stdout=text)
+
+    async def interrupt(self, req: Request) -> None:
+        proxy = self.proxy
+        proxy.replies.busy(req)
+        await proxy.supervisor.interrupt()
+        req.move(Phase.ANSWERED)
+        proxy.replies.own(req, {"status": "ok"})
+        req.move(Phase.DONE)
+
+    async def shutdown(self, req: Request | None) -> None:
+        """Shutdown wins (semantics 13): workers end at once, nothing respawns, then the reply.
+        `req` is None for a SIGTERM. Whatever fails on the way, the kernel still stops."""
+        proxy = self.proxy
+        proxy.stopping = True
+        try:
+            if req is not None:
+                proxy.replies.busy(req)
+            await proxy.supervisor.shutdown()
+        finally:
+            try:
+                pending = ([proxy.queue.inflight] if proxy.queue.inflight else []) + proxy.queue.clear() + proxy.held
+                for r in pending:
+                    self.abort(r)
+                if req is not None:
+                    content = {"status": "ok", "restart": bool(req.content.get("restart", False))}
+                    req.move(Phase.ANSWERED)
+                    proxy.replies.own(req, content)
+                    proxy.frontend.send_iopub("shutdown_reply", content, req.header)
+                    req.move(Phase.DONE)
+            finally:
+                proxy.stopped()

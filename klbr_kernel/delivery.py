@@ -1,0 +1,225 @@
+"""From the worker to the frontend: replies and iopub relayed as the exact frames the worker sent, and
+a recorded cell's reply and idle held until its outcome is committed (DESIGN.md semantics 3).
+
+The worker signs with the frontend's key and the proxy's session id, so its messages go out untouched
+(semantics 10). A request is finished when its reply (if it has one) and its idle are in: it becomes
+ANSWERED, and DONE once what was held is released. A worker that goes idle for a request and never
+replies to it (ipykernel drops what its handler raised on) is answered here after `NO_REPLY_GRACE`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import TYPE_CHECKING
+
+from klbr_supervisor.wire import Wire
+
+from .cell_log import OUTPUT_TYPES
+from .outcomes import no_reply_error, timeout_error, unrecorded_notice
+from .requests import Phase, Request
+
+if TYPE_CHECKING:
+    from .proxy import Proxy
+
+# Seconds a request's reply may trail its idle (they travel on different sockets) before the worker
+# counts as having dropped it.
+NO_REPLY_GRACE = 5.0
+
+
+class Delivery:
+    def __init__(self, proxy: Proxy):
+        self.proxy = proxy
+        self.notice: str | None = None  # stderr text the next cell starts with
+        self._told_unrecorded = False
+
+    # -- to the worker -----------------------------------------------------------------------------
+
+    def send(self, req: Request) -> None:
+        """Send the request in flight (QUEUED or RECORDING) to the current generation."""
+        proxy = self.proxy
+        req.generation = proxy.generation
+        req.move(Phase.SENT)
+        proxy.waiting[req.msg_id] = req
+        if req.msg_type != "execute_request":
+            proxy.supervisor.send("shell", req.wire.frames())
+            return
+        proxy.last_execute = req
+        unavailable = proxy.cell_log.unavailable
+        if unavailable is not None and not self._told_unrecorded and not req.silent:
+            self._told_unrecorded = True
+            self.notice = unrecorded_notice(unavailable) + (self.notice or "")
+        if self.notice and not req.silent:
+            proxy.answers.output(req, "stream", {"name": "stderr", "text": self.notice})
+            self.notice = None
+        proxy.supervisor.send_execute(self._as_worker_execute(req), msg_id=req.msg_id, code=req.worker_code,
+                                      counts=req.counts, timeout=req.timeout)
+
+    def _as_worker_execute(self, req: Request) -> list:
+        """The execute as the worker gets it: stop_on_error off (the proxy applies it), and the
+        body of a `%%klbr timeout=` cell without its first line.
+
+        ipykernel aborts what reaches it right after an error; with one request in flight that would
+        abort the next cell the proxy sends, not the ones the frontend had queued.
+        """
+        if not req.content.get("stop_on_error", True) and req.body is None:
+            return req.wire.frames()
+        session = self.proxy.session
+        content = dict(req.content, stop_on_error=False, code=req.worker_code)
+        body = req.wire.body
+        packed = [bytes(body[1]), bytes(body[2]), bytes(body[3]), session.pack(content)]
+        return [req.wire.frames()[0], session.sign(packed), *packed, *body[5:]]
+
+    # -- from the worker ---------------------------------------------------------------------------
+
+    def message(self, channel: str, wire: Wire, req: Request | None) -> None:
+        """A message from the current generation; `req` is the request it answers, if tracked."""
+        proxy = self.proxy
+        if channel == "iopub":
+            self._iopub(wire, req)
+        elif channel == "stdin":
+            req = req or proxy.last_execute
+            if req is not None:
+                proxy.stdin.to_frontend(req, wire)
+        elif req is not None and req.phase is Phase.SENT and req.reply is None:
+            req.reply = wire
+            if wire.msg_type == "execute_reply":
+                self._execute_reply(req, wire)
+            else:
+                req.reply_content = wire.content if req.msg_type == "execute_request" else None
+                self._hold(req, lambda: self._forward_reply(req, wire))
+            self._check_done(req)
+
+    def _forward_reply(self, req: Request, wire: Wire) -> None:
+        self.proxy.replies.replied(req)
+        self.proxy.frontend.forward(req.channel, req.idents, wire.frames())
+
+    def _execute_reply(self, req: Request, wire: Wire) -> None:
+        proxy = self.proxy
+        count = wire.content.get("execution_count")
+        if req.counts and isinstance(count, int) and wire.content.get("status") != "aborted":
+            proxy.supervisor.worker_count(count)
+        if proxy.supervisor.cells.timed_out(req.msg_id):
+            # The deadline's interrupt worked: the namespace is kept, but the cell's outcome is the
+            # deadline, not a KeyboardInterrupt the user never pressed.
+            error = timeout_error(req.count, proxy.supervisor.policy.timeout_for(req.timeout), killed=False)
+            content = {"status": "error", **error.content(), "execution_count": count}
+            req.reply_content = content
+            proxy.answers.output(req, "error", error.content())
+            self._hold(req, lambda: proxy.replies.reply(req, content))
+        else:
+            req.reply_content = wire.content
+            self._hold(req, lambda: self._forward_reply(req, wire))
+        if req.record is not None and req is proxy.queue.inflight:
+            # The outcome commits now, while the worker's idle is still on its way: usually it is
+            # durable before the idle arrives, and nothing waits for it.
+            self._commit(req)
+
+    def _iopub(self, wire: Wire, req: Request | None) -> None:
+        proxy = self.proxy
+        msg_type = wire.msg_type
+        if msg_type == "status":
+            # Brackets are the proxy's to give (semantics 1): busy once per request (also when it
+            # is retried), idle when it is finished; status about anything else is not forwarded.
+            if req is None or req.phase is not Phase.SENT:
+                return
+            state = wire.content.get("execution_state")
+            if state == "busy" and not req.busy_sent:
+                req.busy_sent = True
+                proxy.frontend.forward("iopub", wire.prefix, wire.frames())
+                if req.msg_type == "execute_request" and req is proxy.queue.inflight:
+                    proxy.supervisor.cells.started(req.msg_id)
+            elif state == "idle" and req.idle is None:
+                req.idle = wire
+                self._hold(req, lambda: proxy.frontend.forward("iopub", wire.prefix, wire.frames()))
+                self._check_done(req)
+            return
+        proxy.frontend.forward("iopub", wire.prefix, wire.frames())
+        if msg_type in OUTPUT_TYPES:
+            if req is not None and req.record is not None:
+                proxy.cell_log.output(req, msg_type, wire.body[4])
+        elif msg_type == "execute_input":
+            count = wire.content.get("execution_count")
+            if req is not None and isinstance(count, int):
+                req.count = count
+        elif msg_type == "comm_open":
+            proxy.open_comms.add(str(wire.content.get("comm_id", "")))
+        elif msg_type == "comm_close":
+            proxy.open_comms.discard(str(wire.content.get("comm_id", "")))
+
+    def _check_done(self, req: Request) -> None:
+        """Finished once its idle and (if it has one) its reply are in."""
+        if req.idle is None:
+            return
+        if req.expects_reply and req.reply is None:
+            asyncio.get_running_loop().call_later(NO_REPLY_GRACE, self.proxy.guarded(req, self._no_reply), req)
+            return
+        self.finished(req)
+
+    def _no_reply(self, req: Request) -> None:
+        """The worker went idle for `req` long ago and never replied: the proxy replies instead."""
+        proxy = self.proxy
+        if req.phase is not Phase.SENT or req.reply is not None:
+            return
+        error = no_reply_error(req.msg_type, NO_REPLY_GRACE)
+        content = {"status": "error", **error.content()}
+        if req.msg_type == "execute_request":
+            content["execution_count"] = req.count if req.count is not None else proxy.supervisor.counts.last
+            proxy.answers.output(req, "error", error.content())
+        req.reply_content = content
+        self._hold(req, lambda: proxy.replies.reply(req, content))
+        if req.record is not None and req is proxy.queue.inflight:
+            self._commit(req)
+        self.finished(req)
+
+    def finished(self, req: Request) -> None:
+        """The worker has finished `req`, or the proxy closed its bracket: release it once its
+        outcome is durable."""
+        proxy = self.proxy
+        req.move(Phase.ANSWERED)
+        if proxy.waiting.get(req.msg_id) is req:
+            del proxy.waiting[req.msg_id]
+        if req is proxy.queue.inflight and req.msg_type == "execute_request":
+            proxy.supervisor.cells.finished(req.msg_id)
+        if req.record is not None:
+            self._settle(req)
+        else:
+            self.release(req)
+
+    def close_bracket(self, req: Request) -> None:
+        """An execute whose worker ended after replying: its outcome stands, only its idle is missing."""
+        req.held.append(lambda: self.proxy.replies.idle(req))
+        self.finished(req)
+
+    def _hold(self, req: Request, send) -> None:
+        if req.record is not None:
+            req.held.append(send)
+        else:
+            send()
+
+    def _commit(self, req: Request) -> None:
+        req.committing = True
+        req.committed_outputs = req.record.seq
+        self.proxy.cell_log.finish(req, req.reply_content or {}, self.proxy.guarded(req, lambda error: self._committed(req)))
+
+    def _committed(self, req: Request) -> None:
+        req.committing = False
+        self._settle(req)
+
+    def _settle(self, req: Request) -> None:
+        """Release a recorded cell's held reply and idle once both are in and its outcome, with every
+        output before the idle, is committed (semantics 3). An output that came between the reply
+        and the idle (they travel on different sockets) costs one more commit."""
+        if req.committing or req.phase is not Phase.ANSWERED:
+            return
+        if req.committed_outputs == req.record.seq:
+            self.release(req)
+        else:
+            self._commit(req)
+
+    def release(self, req: Request) -> None:
+        """The outcome is committed: now the frontend may see the reply and idle that were held."""
+        req.move(Phase.DONE)
+        held, req.held = req.held, []
+        for send in held:
+            send()
+        self.proxy.complete(req)

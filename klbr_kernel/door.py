@@ -1,0 +1,122 @@
+"""The door: every message from the frontend is checked once, here, as the proxy and ipykernel will
+read it, before anything acts on it (issue I, defects 9 and 10).
+
+The `Frontend` has verified the signature and decoded the headers. The door checks the rest:
+
+- the header: `msg_id` and `msg_type` non-empty strings, `session` and `username` strings when
+  present, `version` a "5.x" string (ipykernel reads a missing one as protocol 4, and its adapter
+  then drops the message), no `subshell_id` (klbr offers no subshells);
+- every date-like string in the header and parent header parses, as ipykernel parses them with
+  jupyter_client's `extract_dates` (one that does not makes it drop the message);
+- metadata and content are JSON objects (ipykernel calls `metadata.get`);
+- the content fields each request type needs, with their types and ranges (a `cursor_pos` past the
+  code makes ipykernel's completer raise, and it never replies).
+
+A message that fails is `Refused`: a request gets an error reply, anything else is dropped and logged.
+Nothing the worker could not read is forwarded, because a request the worker silently drops would
+leave its reply, and every shell request queued behind it, waiting forever.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+
+from jupyter_client.jsonutil import extract_dates
+
+from .requests import Request
+
+# Longest msg_type taken (the longest in the protocol is 24 characters).
+_MAX_MSG_TYPE = 100
+_VERSION = re.compile(r"^[5-9](\.\d+)*$")
+
+# Content fields the worker reads, with their types, for the requests the proxy queues.
+_FIELDS: dict[str, dict[str, type | tuple[type, ...]]] = {
+    "execute_request": {"code": str, "silent": bool, "store_history": bool, "user_expressions": dict,
+                        "allow_stdin": bool, "stop_on_error": bool},
+    "complete_request": {"code": str, "cursor_pos": int},
+    "inspect_request": {"code": str, "cursor_pos": int, "detail_level": int},
+    "is_complete_request": {"code": str},
+    "history_request": {"output": bool, "raw": bool, "hist_access_type": str, "n": int,
+                        "pattern": str, "unique": bool, "session": int, "start": int, "stop": int},
+    "comm_info_request": {"target_name": str},
+    "input_reply": {"value": str},
+    "comm_open": {"comm_id": str, "target_name": str, "data": dict},
+    "comm_msg": {"comm_id": str, "data": dict},
+    "comm_close": {"comm_id": str, "data": dict},
+}
+_REQUIRED = {"execute_request": ("code",), "complete_request": ("code", "cursor_pos"),
+             "inspect_request": ("code", "cursor_pos"), "is_complete_request": ("code",),
+             "input_reply": ("value",), "comm_open": ("comm_id", "target_name"), "comm_msg": ("comm_id",),
+             "comm_close": ("comm_id",)}
+# ipykernel iterates these when present: null would end in an exception and no reply.
+_NOT_NULL = frozenset({"user_expressions"})
+_HISTORY_ACCESS = frozenset({"tail", "range", "search"})
+
+
+class Refused(Exception):
+    """A message the door does not let in; `ename` names the error a request is answered with.
+    `answerable` is False when not even its type is usable: it is dropped, and only logged."""
+
+    def __init__(self, why: str, ename: str = "InvalidMessage", answerable: bool = True):
+        super().__init__(why)
+        self.why = why
+        self.ename = ename
+        self.answerable = answerable
+
+
+def admit(channel: str, wire) -> Request:
+    """The `Request` for a verified message from the frontend, or `Refused`."""
+    header = wire.header
+    msg_type = header.get("msg_type")
+    if not isinstance(msg_type, str) or not msg_type or len(msg_type) > _MAX_MSG_TYPE:
+        raise Refused("the header's msg_type is not a short non-empty string", answerable=False)
+    msg_id = header.get("msg_id")
+    if not isinstance(msg_id, str) or not msg_id:
+        raise Refused("the header's msg_id is not a non-empty string")
+    for name in ("session", "username"):
+        if not isinstance(header.get(name, ""), str):
+            raise Refused(f"the header's {name} is not a string")
+    version = header.get("version")
+    if not isinstance(version, str) or not _VERSION.match(version):
+        raise Refused(f"the header's version is {version!r}; klbr speaks protocol 5")
+    if header.get("subshell_id") is not None:
+        raise Refused("klbr does not offer kernel subshells", "SubshellsNotSupported")
+    try:
+        extract_dates(header)
+        extract_dates(wire.parent)
+    except (ValueError, OverflowError) as e:
+        raise Refused(f"a date in the header does not parse: {e}") from None
+    body = wire.body
+    try:
+        metadata = json.loads(bytes(body[3]))
+        content = json.loads(bytes(body[4]))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise Refused(f"metadata or content is not JSON: {e}") from None
+    if not isinstance(metadata, dict):
+        raise Refused("metadata is not a JSON object")
+    if not isinstance(content, dict):
+        raise Refused("content is not a JSON object")
+    problem = content_problem(msg_type, content)
+    if problem is not None:
+        raise Refused(problem)
+    return Request(channel, wire, content)
+
+
+def content_problem(msg_type: str, content: dict) -> str | None:
+    """Why a request's content cannot be served, or None when it can."""
+    required = _REQUIRED.get(msg_type, ())
+    for name in required:
+        if name not in content:
+            return f"{msg_type} needs '{name}'"
+    for name, kind in _FIELDS.get(msg_type, {}).items():
+        value = content.get(name)
+        if name not in content or (value is None and name not in required and name not in _NOT_NULL):
+            continue  # absent (or null where ipykernel treats null as absent): the default applies
+        if not isinstance(value, kind) or (isinstance(value, bool) and kind is int):
+            return f"{msg_type}: '{name}' has the wrong type ({type(value).__name__})"
+    if msg_type in ("complete_request", "inspect_request") and not 0 <= content["cursor_pos"] <= len(content["code"]):
+        return f"{msg_type}: cursor_pos {content['cursor_pos']} is outside the code (0 to {len(content['code'])})"
+    if msg_type == "history_request" and (content.get("hist_access_type") or "tail") not in _HISTORY_ACCESS:
+        return f"history_request: hist_access_type must be one of {', '.join(sorted(_HISTORY_ACCESS))}"
+    return None

@@ -1,0 +1,120 @@
+"""The proxy's end of one worker's channels: four sockets, what each is connected to, and the drain.
+
+Each socket has a monitor, and its events are the exact signals the generation needs:
+
+- a handshake says a channel is connected. Readiness waits for stdin's: the worker's stdin is a
+  ROUTER, which drops a message for a peer it does not know yet, so an `input_request` sent before
+  our connection is made would be lost and its cell would wait forever. Shell answering proves
+  nothing about stdin (our sockets connect before the worker binds and then retry on their own
+  timers, and only the worker's stdin sends to us unasked).
+- a disconnect says everything the worker wrote on that channel has been read: libzmq reads a
+  connection to its end before it reports it closed. So when the worker's process is gone, `drain`
+  waits for exactly that on every connected channel, then delivers what is queued (DESIGN.md
+  semantics 7): no settling time, and nothing in flight is lost (issue I, defect 4).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+import zmq
+from jupyter_client.session import Session
+from zmq.utils.monitor import parse_monitor_message
+
+from .sockets import Channel
+
+# The worker channels the proxy talks on; heartbeat is not used (we watch the process itself).
+CHANNELS = ("shell", "control", "stdin", "iopub")
+_KINDS = {"shell": zmq.DEALER, "control": zmq.DEALER, "stdin": zmq.DEALER, "iopub": zmq.SUB}
+_EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
+
+
+class WorkerChannels:
+    """Created by a `Generation` once its worker is launched; closed when the generation ends."""
+
+    def __init__(self, name: str, context: zmq.Context, session: Session,
+                 on_message: Callable[[str, list], None], on_change: Callable[[], None], log: logging.Logger):
+        """`on_message(channel, frames)` receives every message from the worker, on the loop;
+        `on_change()` is called whenever a channel connects or disconnects."""
+        self._name = name
+        self._context = context
+        self._session = session
+        self._on_message = on_message
+        self._on_change = on_change
+        self._log = log
+        self._channels: dict[str, Channel] = {}
+        self._monitors: dict[str, Channel] = {}
+        self._connected: set[str] = set()
+        self._changed = asyncio.Event()  # set at each connection event, for `drain`
+        self.closed = False
+
+    def connect(self, endpoints: dict[str, str]) -> None:
+        """Connect to the worker's `endpoints` (channel -> url); the worker may not have bound yet."""
+        for name in CHANNELS:
+            sock = self._context.socket(_KINDS[name])
+            sock.linger = 0
+            # Never drop between worker and proxy: the frontend and the store must see every output.
+            sock.rcvhwm = 0
+            sock.sndhwm = 0
+            # We connect before the worker binds: retry every 10-20 ms rather than libzmq's
+            # 100-200 ms, which would otherwise add up to 0.2 s to a generation's start.
+            sock.reconnect_ivl = 10
+            if name == "iopub":
+                sock.setsockopt(zmq.SUBSCRIBE, b"")
+            else:
+                # ipykernel sends input_request to the identity the execute came from on shell, so
+                # shell and stdin must share one (as jupyter_client's clients do).
+                sock.setsockopt(zmq.IDENTITY, self._session.bsession)
+            monitor = sock.get_monitor_socket(_EVENTS)
+            self._monitors[name] = Channel(f"{self._name}.{name}-monitor", monitor,
+                                           lambda frames, n=name: self._event(n, frames))
+            sock.connect(endpoints[name])
+            self._channels[name] = Channel(f"{self._name}.{name}", sock,
+                                           lambda frames, n=name: self._on_message(n, frames))
+
+    def connected(self, channel: str) -> bool:
+        return channel in self._connected
+
+    def send(self, channel: str, frames: list) -> bool:
+        ch = self._channels.get(channel)
+        return ch is not None and ch.send(frames)
+
+    async def drain(self, bound: float) -> None:
+        """The worker is gone: wait until each connected channel has read the worker's last byte
+        (at most `bound` seconds: a process that escaped the worker's group may hold its end),
+        then deliver everything queued."""
+        try:
+            async with asyncio.timeout(bound):
+                while self._connected:
+                    self._changed.clear()
+                    await self._changed.wait()
+        except TimeoutError:
+            self._log.warning("%s: %s still connected %.0f s after the worker exited (a process it started "
+                              "holds them?); delivering what has arrived", self._name,
+                              ", ".join(sorted(self._connected)), bound)
+        for ch in self._channels.values():
+            ch.drain()
+
+    def close(self) -> None:
+        """Stop all delivery at once (a stale generation has no voice) and release the sockets."""
+        if self.closed:
+            return
+        self.closed = True
+        for name, monitor in self._monitors.items():
+            ch = self._channels.get(name)
+            if ch is not None and not ch.closed:
+                ch.socket.disable_monitor()
+            monitor.close()
+        for ch in self._channels.values():
+            ch.close()
+
+    def _event(self, channel: str, frames: list) -> None:
+        event = parse_monitor_message([frame.bytes for frame in frames])["event"]
+        if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            self._connected.add(channel)
+        elif event == zmq.EVENT_DISCONNECTED:
+            self._connected.discard(channel)
+        self._changed.set()
+        self._on_change()

@@ -1,0 +1,104 @@
+"""The cell running on the current generation, its deadline, and the interrupt ladder carried out.
+
+Owned by the `Supervisor` as `cells`; the proxy tells it when the execute it sent reports busy, waits
+for `input()`, and finishes. The decisions (grace, deadlines, poison) are the `Policy`'s; here they are
+carried out: an interrupt that has not ended the cell after `interrupt_grace` seconds, or a deadline
+whose interrupt did not, stops the generation (WorkerKilled, CellTimeout).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING
+
+from .policy import Policy
+from .running import RunningCell
+from .states import EndReason
+
+if TYPE_CHECKING:
+    from .generation import Generation
+    from .tasks import Tasks
+
+
+class CellWatch:
+    def __init__(self, policy: Policy, kill_grace: float, log: logging.Logger):
+        self.policy = policy
+        self.kill_grace = kill_grace
+        self.log = log
+        self.tasks: Tasks | None = None  # set by the supervisor once its task group runs
+        self.cell: RunningCell | None = None
+
+    def sent(self, msg_id: str, code: str, gen: Generation, timeout: float | None) -> None:
+        """An execute went to `gen`: from now until `finished`, a loss of `gen` is this cell's."""
+        cell = RunningCell(msg_id, code, gen, timeout, self._deadline_passed)
+        self.cell = cell
+        # Provisional: a worker that hangs at once (holding the GIL) never reports busy, and its
+        # deadline must still come. `started` starts the clock again from busy.
+        cell.clock(self.policy.deadline_for(timeout))
+
+    def started(self, msg_id: str) -> None:
+        """The worker reported busy for the execute; its deadline starts now (semantics 11)."""
+        cell = self.cell
+        if cell is None or cell.msg_id != msg_id or cell.started:
+            return
+        cell.started = True
+        cell.generation.mark_busy(True)
+        if cell.deadline is not None:
+            cell.clock(self.policy.deadline_for(cell.timeout))
+
+    def waiting_for_input(self, waiting: bool) -> None:
+        """The running cell asked for input (the deadline pauses) or got its answer (it resumes)."""
+        if self.cell is not None:
+            self.cell.waiting_for_input(waiting)
+
+    def finished(self, msg_id: str) -> None:
+        """The execute ended with a reply from its worker (not a loss)."""
+        cell = self.cell
+        if cell is None or cell.msg_id != msg_id:
+            return
+        self.cell = None
+        cell.end()
+        self.policy.note_outcome(cell.code, lost=False)
+        cell.generation.mark_busy(False)
+
+    def timed_out(self, msg_id: str) -> bool:
+        cell = self.cell
+        return cell is not None and cell.msg_id == msg_id and cell.timed_out
+
+    def ended(self, gen: Generation, reason: EndReason) -> None:
+        """`gen` ended: its cell, if it had one, ended with it (a loss counts towards poison)."""
+        cell = self.cell
+        if cell is not None and cell.generation is gen:
+            self.cell = None
+            cell.end()
+            if reason is EndReason.LOST:
+                self.policy.note_outcome(cell.code, lost=True)
+
+    def interrupted(self, gen: Generation) -> None:
+        """An interrupt went to `gen`: its cell has `interrupt_grace` seconds to end."""
+        cell = self.cell
+        if cell is not None and cell.generation is gen and not cell.interrupted:
+            cell.interrupted = True
+            self.tasks.start(self._kill_unless_finished(cell, EndReason.KILLED), "the interrupt ladder")
+
+    def _deadline_passed(self, cell: RunningCell) -> None:
+        self.log.warning("cell %s passed its deadline of %.0f s", cell.msg_id, cell.deadline.seconds)
+        cell.timed_out = True
+        cell.interrupted = True
+        self.tasks.start(self._interrupt_then_kill(cell), "the deadline's ladder")
+
+    async def _interrupt_then_kill(self, cell: RunningCell) -> None:
+        await cell.generation.interrupt()
+        await self._kill_unless_finished(cell, EndReason.DEADLINE)
+
+    async def _kill_unless_finished(self, cell: RunningCell, reason: EndReason) -> None:
+        """The ladder's second step: called right after the interrupt went out."""
+        clock = self.policy.clock
+        try:
+            async with asyncio.timeout(self.policy.kill_at(clock()) - clock()):
+                await cell.finished.wait()
+        except TimeoutError:
+            if cell.generation.ending is None:
+                self.log.warning("generation %d ignored the interrupt: killing it", cell.generation.number)
+                await cell.generation.stop(reason, self.kill_grace)

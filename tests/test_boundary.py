@@ -1,0 +1,99 @@
+"""A bug in klbr's own handling of a request costs that request an InternalError, never a hang, and
+never the kernel (DESIGN.md semantics 1).
+
+The bugs are planted for real: a `jupyter_klbr_config.py` in the kernel's config dir replaces some of
+klbr's handlers with ones that raise, each only for the request that triggers it.
+"""
+
+from __future__ import annotations
+
+import time
+
+from conftest import collect, execute, start_kernel
+
+PLANTED = '''
+import klbr_kernel.answers as answers
+import klbr_kernel.delivery as delivery
+import klbr_kernel.dispatch as dispatch
+import klbr_supervisor.supervisor as supervisor
+
+
+def planted(where):
+    raise RuntimeError(f"planted bug in {where}")
+
+
+answers.Answers.history = lambda self, req: planted("the history answer")
+answers.magic_output = lambda *args: planted("a %klbr command")
+
+_route = dispatch.Dispatch._route
+def route(self, req):
+    if "plant-dispatch" in req.code:
+        planted("the dispatch")
+    return _route(self, req)
+dispatch.Dispatch._route = route
+
+_reply = delivery.Delivery._execute_reply
+def execute_reply(self, req, wire):
+    if "plant-reply" in req.code:
+        planted("the reply path")
+    return _reply(self, req, wire)
+delivery.Delivery._execute_reply = execute_reply
+
+async def interrupt(self):
+    planted("the interrupt")
+supervisor.Supervisor.interrupt = interrupt
+'''
+
+
+def _kernel(tmp_path):
+    (tmp_path / "jupyter_klbr_config.py").write_text(PLANTED)
+    return start_kernel(env={"JUPYTER_CONFIG_DIR": str(tmp_path)}, log=tmp_path / "kernel.log")
+
+
+def _states(outputs):
+    return [m["content"]["execution_state"] for m in outputs if m["msg_type"] == "status"]
+
+
+def _internal_error(reply, msg_type: str, where: str) -> None:
+    content = reply["content"]
+    assert content["status"] == "error" and content["ename"] == "InternalError", content
+    assert msg_type in content["evalue"] and f"planted bug in {where}" in content["evalue"]
+
+
+def test_a_raising_handler_answers_its_request_and_the_kernel_keeps_serving(tmp_path):
+    with _kernel(tmp_path) as (km, kc):
+        for code, where in [("1  # plant-dispatch", "the dispatch"), ("2  # plant-reply", "the reply path"),
+                            ("%klbr status", "a %klbr command")]:
+            reply, outputs = execute(kc, code)
+            _internal_error(reply, "execute_request", where)
+            assert _states(outputs) == ["busy", "idle"]
+            assert [m["content"]["ename"] for m in outputs if m["msg_type"] == "error"] == ["InternalError"]
+            reply, outputs = execute(kc, "40 + 2")
+            assert reply["content"]["status"] == "ok"
+        msg_id = kc.history(hist_access_type="tail", n=3)
+        reply, outputs = collect(kc, msg_id)
+        _internal_error(reply, "history_request", "the history answer")
+        assert _states(outputs) == ["busy", "idle"]
+        reply, _ = execute(kc, "'still serving'")
+        assert reply["content"]["status"] == "ok"
+    log = (tmp_path / "kernel.log").read_text()
+    assert "Traceback" in log and "planted bug in the reply path" in log
+
+
+def test_a_failing_interrupt_is_answered_and_the_kernel_keeps_serving(tmp_path):
+    """The interrupt's task raises: before the boundary, that ended the task group, and the kernel."""
+    with _kernel(tmp_path) as (km, kc):
+        msg_id = kc.execute("import time\ntime.sleep(1)\n'slept'")
+        while kc.get_iopub_msg(timeout=10)["msg_type"] != "execute_input":
+            pass
+        interrupt = kc.session.msg("interrupt_request", {})
+        kc.control_channel.send(interrupt)
+        reply = kc.control_channel.get_msg(timeout=10)
+        assert reply["parent_header"]["msg_id"] == interrupt["header"]["msg_id"]
+        _internal_error(reply, "interrupt_request", "the interrupt")
+        reply, _ = collect(kc, msg_id)  # the interrupt never reached the worker: the cell ends as written
+        assert reply["content"]["status"] == "ok"
+        started = time.monotonic()
+        reply, outputs = execute(kc, "6 * 7")
+        assert reply["content"]["status"] == "ok" and time.monotonic() - started < 10
+        assert km.is_alive()

@@ -1,0 +1,90 @@
+"""The store's threading rule, on a real SQLite file without a kernel: a write reads what was true
+when it was submitted, its callback runs later on the loop, and no connection closes under a write."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+
+import pytest
+
+from klbr_supervisor.store import CellRecord, Store
+
+
+@pytest.fixture
+def store_path(tmp_path, monkeypatch):
+    monkeypatch.delenv("KLBR_DB", raising=False)  # the run's database would override the path
+    return tmp_path / "log.sqlite3"
+
+
+def _open(path) -> Store:
+    store = Store(path=str(path))
+    assert store.open(uuid="session-uuid", notebook=None, kernel=None)
+    return store
+
+
+def _started(store: Store, loop) -> tuple[CellRecord, asyncio.Future]:
+    record = CellRecord("m1", "client", "print(1)", 1)
+    done = loop.create_future()
+    store.cell_started(record, done.set_result)
+    return record, done
+
+
+def test_a_callback_runs_later_on_the_loop_never_inside_the_call(store_path):
+    async def main():
+        store = _open(store_path)
+        record, done = _started(store, asyncio.get_running_loop())
+        assert not done.done(), "called back inside cell_started"
+        assert await asyncio.wait_for(done, 10) is None
+        finished = asyncio.get_running_loop().create_future()
+        store.cell_finished(record, status="ok", count=1, error=None, reply={"status": "ok"}, generation=1,
+                            done=finished.set_result)
+        assert not finished.done(), "called back inside cell_finished"
+        assert await asyncio.wait_for(finished, 10) is None
+        store.close()
+
+    asyncio.run(main())
+
+
+def test_an_outcome_records_the_outputs_counted_when_it_was_submitted(store_path):
+    """The outcome of a cell is queued behind a slow write; an output counted after it was submitted
+    must not leak into it (the writer thread used to read the loop's live counters)."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        store = _open(store_path)
+        record, done = _started(store, loop)
+        await asyncio.wait_for(done, 10)
+        store.output(record, "stream", b'{"name": "stdout", "text": "before\\n"}')
+        bytes_at_reply = record.output_bytes
+        release = threading.Event()
+        store._writer.submit(lambda conn: release.wait(10), None)  # the writer is busy
+        finished = loop.create_future()
+        store.cell_finished(record, status="ok", count=1, error=None, reply={"status": "ok"}, generation=1,
+                            done=finished.set_result)
+        store.output(record, "stream", b'{"name": "stdout", "text": "after the reply\\n"}')
+        assert record.output_bytes > bytes_at_reply
+        release.set()
+        await asyncio.wait_for(finished, 10)
+        store.close()
+        return bytes_at_reply
+
+    expected = asyncio.run(main())
+    (recorded,) = sqlite3.connect(store_path).execute("SELECT output_bytes FROM cells").fetchone()
+    assert recorded == expected
+
+
+def test_close_waits_for_a_write_that_waits_for_another_kernels_lock(store_path):
+    """Another kernel holds the write lock for longer than the old 5 s close: the write still lands."""
+    async def main():
+        store = _open(store_path)
+        other = sqlite3.connect(store_path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")
+        threading.Timer(5.5, lambda: other.execute("COMMIT")).start()
+        store.event("written_while_another_kernel_held_the_lock", {})
+        store.close()  # returns once the write is done, within the busy timeout
+        other.close()
+
+    asyncio.run(main())
+    kinds = [r[0] for r in sqlite3.connect(store_path).execute("SELECT kind FROM events")]
+    assert "written_while_another_kernel_held_the_lock" in kinds
