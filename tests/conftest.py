@@ -47,9 +47,10 @@ def pytest_unconfigure(config):
     _SPECS.cleanup()
 
 
-def misbehaving(behaviour: str, *options: str, env: dict | None = None):
+def misbehaving(behaviour: str, *options: str, env: dict | None = None, log: Path | None = None):
     """A klbr kernel whose workers are the misbehaving ipykernel of tests/workers."""
-    return start_kernel(extra_arguments=[f"--Supervisor.worker_kernel=misbehaving-{behaviour}", *options], env=env)
+    return start_kernel(extra_arguments=[f"--Supervisor.worker_kernel=misbehaving-{behaviour}", *options],
+                        env=env, log=log)
 
 
 @contextmanager
@@ -117,26 +118,31 @@ def kernel():
         yield km, kc
 
 
-def execute(kc, code: str, timeout: float = 30, **kw) -> tuple[dict, list[dict]]:
-    """Run `code`; return its execute_reply and the iopub messages of that request, busy to idle."""
+def execute(kc, code: str, timeout: float = 30, seen: list | None = None, **kw) -> tuple[dict, list[dict]]:
+    """Run `code`; return its execute_reply and the iopub messages of that request, busy to idle.
+    `seen`, if given, receives every message read meanwhile (iopub and shell), whatever it is about."""
     msg_id = kc.execute(code, **kw)
-    return collect(kc, msg_id, timeout)
+    return collect(kc, msg_id, timeout, seen)
 
 
-def collect(kc, msg_id: str, timeout: float = 30) -> tuple[dict, list[dict]]:
+def collect(kc, msg_id: str, timeout: float = 30, seen: list | None = None) -> tuple[dict, list[dict]]:
     deadline = time.monotonic() + timeout
     outputs: list[dict] = []
     while True:
         msg = kc.get_iopub_msg(timeout=max(0.01, deadline - time.monotonic()))
+        if seen is not None:
+            seen.append(msg)
         if msg["parent_header"].get("msg_id") != msg_id:
             continue
         outputs.append(msg)
         if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
             break
-    reply = kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
-    while reply["parent_header"].get("msg_id") != msg_id:
+    while True:
         reply = kc.get_shell_msg(timeout=max(0.01, deadline - time.monotonic()))
-    return reply, outputs
+        if seen is not None:
+            seen.append(reply)
+        if reply["parent_header"].get("msg_id") == msg_id:
+            return reply, outputs
 
 
 def worker_pid(kc) -> int:
@@ -174,3 +180,30 @@ def stream_text(outputs: list[dict], name: str | None = None) -> str:
     """All the stream text (of one stream, if `name` is given) among a request's iopub messages."""
     return "".join(m["content"]["text"] for m in outputs
                    if m["msg_type"] == "stream" and (name is None or m["content"]["name"] == name))
+
+
+def until(check, timeout: float, what: str):
+    """Wait for `check()` to return something true (an event this test cannot subscribe to: a line
+    in a log, a state in `%klbr status`); its value."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = check()
+        if value:
+            return value
+        assert time.monotonic() < deadline, f"{what}: not within {timeout} s"
+        time.sleep(0.05)
+
+
+def status_row(kc, row: str, seen: list | None = None) -> str:
+    """One row of `%klbr status` (a cell the proxy answers: no worker sees it); `seen` as for `execute`."""
+    _, outputs = execute(kc, "%klbr status", seen=seen)
+    for line in stream_text(outputs).splitlines():
+        name, _, value = line.partition("  ")
+        if name.strip() == row:
+            return value.strip()
+    raise AssertionError(f"no {row!r} in %klbr status")
+
+
+def standby(kc, seen: list | None = None) -> str:
+    """The warm spare's state."""
+    return status_row(kc, "standby", seen)

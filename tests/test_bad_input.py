@@ -4,24 +4,14 @@ from __future__ import annotations
 
 import json
 
-import zmq
 from jupyter_client.session import Session
 
-from conftest import execute
-
-
-def _shell(km):
-    info = km.get_connection_info()
-    sock = zmq.Context.instance().socket(zmq.DEALER)
-    sock.linger = 0
-    sock.connect(f"{info['transport']}://{info['ip']}:{info['shell_port']}")
-    return sock, Session(key=info["key"], signature_scheme=info["signature_scheme"])
+from conftest import execute, raw_socket, receive, results
 
 
 def test_bad_signature_and_malformed_frames_are_dropped(kernel):
     km, kc = kernel
-    sock, session = _shell(km)
-    try:
+    with raw_socket(km, "shell") as (sock, session):
         msg = session.msg("execute_request", {"code": "evil = 1", "silent": False})
         frames = session.serialize(msg)
         frames[1] = b"0" * 64  # wrong HMAC
@@ -31,49 +21,37 @@ def test_bad_signature_and_malformed_frames_are_dropped(kernel):
         forged = Session(key=b"another key").serialize(Session(key=b"another key").msg("kernel_info_request"))
         sock.send_multipart(forged)
         assert not sock.poll(500), "nothing answers a message that failed verification"
-    finally:
-        sock.close()
     reply, outputs = execute(kc, "'evil' in globals()")
     assert reply["content"]["status"] == "ok"
-    assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["False"]
+    assert results(outputs) == ["False"]
 
 
 def test_a_replayed_request_is_dropped_as_jupyter_client_drops_it(kernel):
     """Byte-identical frames (same signature) are a replay: answered once. Executes are the exception,
     answered from the record (test_store), so a reconnecting client is not left waiting."""
     km, kc = kernel
-    sock, session = _shell(km)
-    try:
+    with raw_socket(km, "shell") as (sock, session):
         msg = session.msg("is_complete_request", {"code": "x = ("})
         frames = session.serialize(msg)
         sock.send_multipart(frames)
         sock.send_multipart(frames)
-        assert sock.poll(5000)
-        _, body = session.feed_identities(sock.recv_multipart())
-        assert session.deserialize(body)["content"]["status"] == "incomplete"
+        assert receive(sock, session, timeout=5)["content"]["status"] == "incomplete"
         assert not sock.poll(1000), "a replay got a second reply"
-    finally:
-        sock.close()
     reply, _ = execute(kc, "1 + 1")
     assert reply["content"]["status"] == "ok"
 
 
 def test_signed_but_undecodable_content_gets_a_named_error(kernel):
     km, kc = kernel
-    sock, session = _shell(km)
-    try:
+    with raw_socket(km, "shell") as (sock, session):
         msg = session.msg("execute_request", {})
         header, parent, metadata = (session.pack(msg[k]) for k in ("header", "parent_header", "metadata"))
         content = b"[1, 2"  # signed, but not JSON
         sock.send_multipart([b"<IDS|MSG>", session.sign([header, parent, metadata, content]), header, parent, metadata, content])
-        assert sock.poll(5000)
-        _, frames = session.feed_identities(sock.recv_multipart())
-        reply = session.deserialize(frames)
+        reply = receive(sock, session, timeout=5)
         assert reply["parent_header"]["msg_id"] == msg["header"]["msg_id"]
         assert reply["content"]["status"] == "error"
         assert reply["content"]["ename"] == "InvalidMessage"
-    finally:
-        sock.close()
     reply, _ = execute(kc, "1 + 1")
     assert reply["content"]["status"] == "ok"
 

@@ -8,11 +8,8 @@ import time
 
 import pytest
 
-from conftest import collect, execute, misbehaving, process_gone, start_kernel, worker_pid
-
-
-def _result(outputs):
-    return [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"]
+from conftest import (collect, execute, misbehaving, process_gone, results, standby, start_kernel, status_row,
+                      stream_text, until, worker_pid)
 
 
 def _states(outputs):
@@ -82,7 +79,7 @@ def test_a_worker_that_dies_after_its_reply_keeps_that_reply_as_the_only_one():
         pid = worker_pid(kc)
         reply, outputs = execute(kc, "misbehave()")
         assert reply["content"]["status"] == "ok"
-        assert _result(outputs) == ["'replied'"]
+        assert results(outputs) == ["'replied'"]
         assert _states(outputs) == ["busy", "idle"]
         assert process_gone(pid)
         second = kc.execute("1 + 1")
@@ -113,11 +110,12 @@ def test_an_ignored_interrupt_ends_in_WorkerKilled_within_the_grace():
         assert reply["content"]["execution_count"] == 4  # the count kept rising across the kill
 
 
-def test_a_worker_hung_in_c_with_signals_blocked_is_killed():
+def test_a_worker_hung_in_c_with_signals_blocked_is_killed(tmp_path):
     with misbehaving("hang-in-c", "--Supervisor.interrupt_grace=1") as (km, kc):
         pid = worker_pid(kc)
-        msg_id = kc.execute("misbehave()")
-        time.sleep(0.5)
+        hanging = tmp_path / "hanging"
+        msg_id = kc.execute(f"misbehave(announce={str(hanging)!r})")
+        until(hanging.exists, 10, "the worker is about to hang")
         start = time.monotonic()
         km.interrupt_kernel()
         reply, _ = collect(kc, msg_id, timeout=10)
@@ -136,7 +134,7 @@ def test_a_deadline_interrupts_and_the_namespace_stays():
         assert reply["content"]["ename"] == "CellTimeout"
         assert "interrupted" in reply["content"]["evalue"]
         _, outputs = execute(kc, "kept")
-        assert _result(outputs) == ["'yes'"]
+        assert results(outputs) == ["'yes'"]
 
 
 def test_a_deadline_past_an_ignored_interrupt_kills_the_generation():
@@ -161,11 +159,11 @@ def test_cell_magic_timeout_applies_to_one_cell_and_input_pauses_it():
         # Waiting for input() does not count against the deadline.
         msg_id = kc.execute("%%klbr timeout=1\nanswer = input('slow user: ')\nanswer", allow_stdin=True)
         kc.get_stdin_msg(timeout=10)
-        time.sleep(2)
+        time.sleep(2)  # not synchronisation: the user takes twice the deadline to answer
         kc.input("finally")
         reply, outputs = collect(kc, msg_id)
         assert reply["content"]["status"] == "ok"
-        assert _result(outputs) == ["'finally'"]
+        assert results(outputs) == ["'finally'"]
 
 
 def test_the_crash_loop_budget_stops_respawning_until_restart():
@@ -177,11 +175,11 @@ def test_the_crash_loop_budget_stops_respawning_until_restart():
         assert reply["content"]["ename"] == "CrashLoop"
         assert "2 times" in reply["content"]["evalue"] and "%klbr restart" in reply["content"]["evalue"]
         _, outputs = execute(kc, "%klbr status")
-        assert "crash loop" in outputs[2]["content"]["text"]
+        assert "crash loop" in stream_text(outputs)
         reply, outputs = execute(kc, "%klbr restart")
         assert reply["content"]["status"] == "ok"
         reply, outputs = execute(kc, "1 + 1")
-        assert _result(outputs) == ["2"]
+        assert results(outputs) == ["2"]
 
 
 def test_poison_refuses_the_third_try_until_the_code_changes_or_restart():
@@ -191,10 +189,10 @@ def test_poison_refuses_the_third_try_until_the_code_changes_or_restart():
             reply, _ = execute(kc, code)
             assert reply["content"]["ename"] == "WorkerLost"
             assert "exited with status 7" in reply["content"]["evalue"]
-        before = execute(kc, "%klbr status")[1][2]["content"]["text"].splitlines()[0]
+        before = stream_text(execute(kc, "%klbr status")[1]).splitlines()[0]
         reply, outputs = execute(kc, code)
         assert reply["content"]["ename"] == "PoisonedCell"
-        after = execute(kc, "%klbr status")[1][2]["content"]["text"].splitlines()[0]
+        after = stream_text(execute(kc, "%klbr status")[1]).splitlines()[0]
         assert before == after, "the refused cell did not run (the generation is the same)"
         execute(kc, "%klbr restart")
         reply, _ = execute(kc, code)
@@ -205,31 +203,27 @@ def test_restart_magic_gives_a_fresh_generation_without_a_dead_kernel():
     with start_kernel() as (km, kc):
         execute(kc, "x = 1")
         old = worker_pid(kc)
-        deadline = time.monotonic() + 30
-        while True:  # the spare warms in the background after the first generation is ready
-            _, outputs = execute(kc, "%klbr status")
-            standby = outputs[2]["content"]["text"].split("standby", 1)[1].split("\n")[0].strip()
-            if standby == "ready" or time.monotonic() > deadline:
-                break
-            time.sleep(0.2)
-        assert standby == "ready"
+        # The spare warms in the background after the first generation is ready.
+        until(lambda: standby(kc) == "ready", 30, "the spare is ready")
         reply, outputs = execute(kc, "%klbr restart")
         assert reply["content"]["status"] == "ok"
-        assert "Restarted" in outputs[2]["content"]["text"]
+        assert "Restarted" in stream_text(outputs)
         reply, outputs = execute(kc, "x")
         assert reply["content"]["ename"] == "NameError"
         assert worker_pid(kc) != old and process_gone(old)
         count = reply["content"]["execution_count"]
         _, outputs = execute(kc, "In[%d]" % (count - 1))
-        assert _result(outputs) == ["'%klbr restart'"]
+        assert results(outputs) == ["'%klbr restart'"]
 
 
 def test_a_loss_while_idle_is_told_at_the_top_of_the_next_cell():
     with start_kernel() as (km, kc):
         pid = worker_pid(kc)
+        until(lambda: standby(kc) == "ready", 30, "the spare is ready")  # to take over at once
         os.kill(pid, signal.SIGKILL)
         assert process_gone(pid)
-        time.sleep(0.3)
+        # The supervisor has seen the loss once the spare has taken over.
+        until(lambda: status_row(kc, "generation") == "2", 30, "generation 2 took over")
         reply, outputs = execute(kc, "print('after')")
         streams = [m["content"] for m in outputs if m["msg_type"] == "stream"]
         assert streams[0]["name"] == "stderr" and "while idle" in streams[0]["text"]
@@ -238,6 +232,7 @@ def test_a_loss_while_idle_is_told_at_the_top_of_the_next_cell():
 
 def test_an_in_flight_completion_is_retried_once_on_the_next_generation():
     with misbehaving("complete") as (km, kc):
+        pid = worker_pid(kc)
         msg_id = kc.complete("pri", 3)
         reply = kc.get_shell_msg(timeout=30)
         assert reply["parent_header"]["msg_id"] == msg_id
@@ -249,6 +244,8 @@ def test_an_in_flight_completion_is_retried_once_on_the_next_generation():
             if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status":
                 states.append(msg["content"]["execution_state"])
         assert states == ["busy", "idle"]
+        assert process_gone(pid), "the completion killed its worker"
+        assert worker_pid(kc) != pid  # it was answered by the next generation
 
 
 def test_widgets_and_debug_sessions_of_a_lost_generation_are_closed():
@@ -298,7 +295,7 @@ def test_sigint_to_the_proxy_interrupts_like_interrupt_request():
         reply, _ = collect(kc, msg_id, timeout=10)
         assert reply["content"]["ename"] == "KeyboardInterrupt"
         _, outputs = execute(kc, "kept")
-        assert _result(outputs) == ["5"]
+        assert results(outputs) == ["5"]
 
 
 def _lines(outputs) -> list[str]:

@@ -11,11 +11,8 @@ from queue import Empty
 from jupyter_client.manager import KernelManager
 from jupyter_client.session import Session
 
-from conftest import collect, execute, kill_quietly, process_gone, start_kernel, worker_pid
-
-
-def _result(outputs):
-    return [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"]
+from conftest import (collect, execute, kill_quietly, process_gone, results, standby, start_kernel, stream_text,
+                      until, worker_pid)
 
 
 def test_kernel_info_is_answered_before_the_worker_is_ready():
@@ -97,7 +94,7 @@ def test_interrupt_stops_the_cell_and_keeps_the_namespace(kernel):
     reply, _ = collect(kc, msg_id, timeout=10)
     assert reply["content"]["ename"] == "KeyboardInterrupt"
     _, outputs = execute(kc, "kept")
-    assert _result(outputs) == ["42"]
+    assert results(outputs) == ["42"]
 
 
 def test_debug_and_usage_requests_reach_the_worker(kernel):
@@ -123,10 +120,13 @@ def test_shutdown_replies_fast_and_leaves_nothing_behind(tmp_path):
     with start_kernel(env={"TMPDIR": str(tmp)}) as (km, kc):
         pid = worker_pid(kc)
         _, outputs = execute(kc, "import subprocess\nchild = subprocess.Popen(['sleep', '600'])\nchild.pid")
-        grandchild = int(_result(outputs)[0])
+        grandchild = int(results(outputs)[0])
         # a cell that ignores SIGTERM: shutdown must not wait for it beyond the SIGKILL grace
-        kc.execute("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\ntime.sleep(600)")
-        time.sleep(0.5)
+        msg_id = kc.execute("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                            "print('ignoring SIGTERM', flush=True)\ntime.sleep(600)")
+        while not (m := kc.get_iopub_msg(timeout=10))["parent_header"].get("msg_id") == msg_id \
+                or m["msg_type"] != "stream":
+            pass
         proxy = km.provisioner.process
         start = time.monotonic()
         kc.shutdown()
@@ -149,7 +149,7 @@ def test_a_routine_session_puts_no_warning_in_the_log(tmp_path):
     try:
         kc.wait_for_ready(timeout=60)
         execute(kc, "1 + 1")
-        time.sleep(2)  # the spare starts a second after the first generation is ready
+        until(lambda: standby(kc) == "ready", 30, "the spare started and is ready")
     finally:
         kc.stop_channels()
         km.shutdown_kernel()
@@ -172,20 +172,21 @@ def test_workers_die_with_a_sigkilled_proxy_even_hung_in_c(tmp_path):
     with start_kernel(env={"TMPDIR": str(tmp)}) as (km, kc):
         pid = worker_pid(kc)
         _, outputs = execute(kc, "import subprocess\nchild = subprocess.Popen(['sleep', '600'])\nchild.pid")
-        grandchild = int(_result(outputs)[0])
+        grandchild = int(results(outputs)[0])
         # Hold the GIL in C with SIGINT and SIGTERM blocked: ipykernel's parent poller cannot run.
+        # (No output can announce it: output needs the GIL. A file does.)
+        hung = tmp_path / "hung"
         kc.execute("import ctypes, signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})\n"
-                   "ctypes.PyDLL(None).sleep(600)")
-        time.sleep(1)
+                   f"open({str(hung)!r}, 'w').close()\nctypes.PyDLL(None).sleep(600)")
+        until(hung.exists, 10, "the cell holds the GIL in C")
         proxy = km.provisioner.process
         try:
             os.kill(proxy.pid, signal.SIGKILL)
             proxy.wait(timeout=5)
             assert process_gone(pid, timeout=5), "worker outlived its proxy"
             assert process_gone(grandchild, timeout=5), "the worker's child outlived the proxy"
-            time.sleep(0.3)
-            left = os.listdir(tmp)
-            assert not left, f"the dead proxy's runtime files were left: {left}"
+            # The reaper removes the runtime files after it killed the groups.
+            until(lambda: not os.listdir(tmp), 5, f"the dead proxy's runtime files are gone: {os.listdir(tmp)}")
         finally:
             kill_quietly(pid)
             kill_quietly(grandchild)
@@ -202,7 +203,7 @@ def test_execution_counts_and_history_agree_across_a_loss(kernel):
     reply, outputs = execute(kc, "30")
     assert reply["content"]["execution_count"] == 4
     _, outputs = execute(kc, "print(_, Out[4], In[4], len(In))")
-    assert outputs[-2]["content"]["text"] == "30 30 30 6\n"
+    assert stream_text(outputs) == "30 30 30 6\n"
 
 
 def test_a_config_file_worker_replaces_the_prelaunched_one(tmp_path):
@@ -214,7 +215,6 @@ def test_a_config_file_worker_replaces_the_prelaunched_one(tmp_path):
         reply, _ = execute(kc, "misbehave()")  # only the misbehaving worker knows this cell
         assert reply["content"]["ename"] == "WorkerLost"
         assert "exited with status 3" in reply["content"]["evalue"]
-    time.sleep(0.5)
     left = []
     for pid in {p for p in os.listdir("/proc") if p.isdigit()} - before:
         try:

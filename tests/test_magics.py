@@ -3,7 +3,7 @@
 import pytest
 
 from klbr_kernel.magics import Magic, MagicError, cell_timeout, line_magics
-from conftest import execute
+from conftest import execute, results
 
 
 def test_only_cells_made_of_klbr_lines_are_the_proxys():
@@ -38,4 +38,4 @@ def test_a_bad_klbr_cell_gets_a_usage_error_and_a_count(kernel):
     assert reply["content"]["ename"] == "UsageError"
     reply, outputs = execute(kc, "In[1], In[2]")
     assert reply["content"]["execution_count"] == 3
-    assert outputs[-2]["content"]["data"]["text/plain"] == "('%klbr reboot', '%klbr placement ssh://elsewhere/usr/bin/python')"
+    assert results(outputs) == ["('%klbr reboot', '%klbr placement ssh://elsewhere/usr/bin/python')"]

@@ -1,66 +1,98 @@
-"""One kernel session toward the frontend, and nothing of the workers' own lifecycle leaks."""
+"""One kernel session toward the frontend, and nothing of the workers' own lifecycle leaks (semantics 10)."""
 
 from __future__ import annotations
 
-import time
+from queue import Empty
 
-import zmq
-from jupyter_client.session import Session
+from conftest import (collect, execute, misbehaving, raw_socket, receive, results, standby, start_kernel,
+                      stream_text, until)
 
-from conftest import execute, start_kernel
+
+def _drain(channel, quiet: float = 0.5) -> list[dict]:
+    msgs = []
+    while True:
+        try:
+            msgs.append(channel.get_msg(timeout=quiet))
+        except Empty:
+            return msgs
 
 
 def test_every_message_carries_one_session_across_generations():
     with start_kernel() as (km, kc):
-        execute(kc, "print('one')")
-        execute(kc, "import os; os.kill(os.getpid(), 9)")  # a new generation
-        execute(kc, "print('two')")
-        kc.complete("pri", 3)
-        kc.inspect("print", 5)
-        sessions, types = set(), []
-        deadline = time.monotonic() + 2
-        for channel in (kc.iopub_channel, kc.shell_channel):
-            while time.monotonic() < deadline:
-                try:
-                    msg = channel.get_msg(timeout=0.5)
-                except Exception:
-                    break
-                sessions.add(msg["header"]["session"])
-                types.append((msg["msg_type"], msg["content"].get("execution_state")))
-    assert len(sessions) == 1, sessions
-    assert ("status", "starting") not in types
-    assert ("status", "restarting") not in types
-    assert ("status", "dead") not in types
+        seen: list[dict] = []  # every iopub message, whatever request it is about
+        execute(kc, "print('one')", seen=seen)
+        execute(kc, "import os; os.kill(os.getpid(), 9)", seen=seen)  # a new generation
+        execute(kc, "print('two')", seen=seen)
+        for msg_id in (kc.complete("pri", 3), kc.inspect("print", 5)):
+            collect(kc, msg_id, seen=seen)
+        seen += _drain(kc.iopub_channel) + _drain(kc.shell_channel)
+    replies = [m for m in seen if m["msg_type"].endswith("_reply")]
+    assert len(replies) == 5
+    assert {m["header"]["session"] for m in seen} == {replies[0]["header"]["session"]}
+    states = {m["content"].get("execution_state") for m in seen if m["msg_type"] == "status"}
+    assert states == {"busy", "idle"}  # never `starting`, `restarting` or `dead`
 
 
 def test_a_late_subscriber_gets_the_proxys_own_welcome_only(kernel):
+    """New generations start while this subscriber is attached (a restart, and the spare that follows
+    it): their workers' iopub_welcome and `starting` status stay with the proxy."""
     km, kc = kernel
-    info = km.get_connection_info()
-    sock = zmq.Context.instance().socket(zmq.SUB)
-    sock.linger = 0
-    sock.connect(f"{info['transport']}://{info['ip']}:{info['iopub_port']}")
-    sock.setsockopt(zmq.SUBSCRIBE, b"")
-    session = Session(key=info["key"], signature_scheme=info["signature_scheme"])
-    try:
-        assert sock.poll(5000)
-        idents, frames = session.feed_identities(sock.recv_multipart())
-        welcome = session.deserialize(frames)
-        assert welcome["msg_type"] == "iopub_welcome"
+    with raw_socket(km, "iopub") as (sock, session):
+        assert receive(sock, session)["msg_type"] == "iopub_welcome"
+        execute(kc, "%klbr restart")
+        until(lambda: standby(kc) == "ready", 60, "the new spare is ready")
         execute(kc, "1")
-        welcomes = 0
+        seen = []
         while sock.poll(300):
-            idents, frames = session.feed_identities(sock.recv_multipart())
-            msg = session.deserialize(frames)
-            welcomes += msg["msg_type"] == "iopub_welcome"
-        assert welcomes == 0, "no worker iopub_welcome reaches the frontend"
-    finally:
-        sock.close()
+            _, frames = session.feed_identities(sock.recv_multipart())
+            seen.append(session.deserialize(frames))
+    assert seen, "the subscriber saw the cells' messages"
+    assert "iopub_welcome" not in {m["msg_type"] for m in seen}, "no worker's iopub_welcome reaches the frontend"
+    assert all(m["content"].get("execution_state") != "starting" for m in seen)
+
+
+def _about_no_request(seen: list[dict]) -> list[dict]:
+    """Messages that answer nothing this client sent (this client is the kernel's only one)."""
+    return [m for m in seen if m["msg_type"] != "iopub_welcome" and not m["parent_header"].get("msg_id")]
+
+
+def test_workers_that_serve_no_request_never_publish_to_the_frontend(tmp_path):
+    """The noisy worker prints to stderr about no request soon after it starts: generation 1, its
+    warm spare, and the spare started after a loss. Each line goes to the kernel's log, none to iopub."""
+    log = tmp_path / "kernel.log"
+    noise = "printed: klbr-test: a worker's news about no request at all"
+
+    def noisy(generation: int) -> bool:
+        return any(noise in line and f"generation {generation} " in line for line in log.read_text().splitlines())
+
+    with misbehaving("noisy", "--KlbrKernelApp.log_level=INFO", log=log) as (km, kc):
+        seen: list[dict] = []
+        until(lambda: noisy(1), 30, "generation 1 has printed its noise")
+        execute(kc, "1", seen=seen)
+        until(lambda: noisy(2), 30, "the spare, generation 2, has printed its noise")
+        reply, _ = execute(kc, "import os; os.kill(os.getpid(), 9)", seen=seen)
+        assert reply["content"]["ename"] == "WorkerLost"
+        until(lambda: noisy(3), 30, "the spare after the loss, generation 3, has printed its noise")
+        reply, outputs = execute(kc, "print('after')", seen=seen)
+        assert stream_text(outputs) == "after\n"
+        seen += _drain(kc.iopub_channel)
+    assert not _about_no_request(seen)
+
+
+def test_a_real_worker_s_start_up_noise_stays_out_of_the_notebook():
+    """ipykernel's debugpy prints warnings to stderr as a worker starts, with no parent: at the first
+    generation, its spare, and the next spare after a loss, none of it reaches the frontend."""
+    with start_kernel() as (km, kc):
+        seen: list[dict] = []
+        for code in ("print('one')", "import os; os.kill(os.getpid(), 9)", "print('two')"):
+            execute(kc, code, seen=seen)
+            until(lambda: standby(kc, seen) == "ready", 60, "the spare is ready")  # it has started, and printed
+        seen += _drain(kc.iopub_channel)
+    assert not _about_no_request(seen)
 
 
 def test_the_kernel_serves_over_ipc_too(tmp_path):
     from jupyter_client.manager import KernelManager
-
-    from conftest import execute
 
     km = KernelManager(kernel_name="klbr", transport="ipc", ip=str(tmp_path / "klbr-ipc"))
     km.start_kernel()
@@ -70,7 +102,9 @@ def test_the_kernel_serves_over_ipc_too(tmp_path):
         kc.wait_for_ready(timeout=60)
         reply, outputs = execute(kc, "print('over ipc')")
         assert reply["content"]["status"] == "ok"
-        assert [m["content"]["text"] for m in outputs if m["msg_type"] == "stream"] == ["over ipc\n"]
+        assert stream_text(outputs) == "over ipc\n"
+        _, outputs = execute(kc, "6 * 7")
+        assert results(outputs) == ["42"]
     finally:
         kc.stop_channels()
         km.shutdown_kernel()

@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import time
 
-import zmq
-from conftest import collect, execute, misbehaving, start_kernel
+from conftest import collect, execute, misbehaving, raw_socket, receive, results, start_kernel, until
 
 
 def test_input_and_getpass_round_trip(kernel):
@@ -28,7 +27,7 @@ def test_input_and_getpass_round_trip(kernel):
     assert "hunter2" not in str(outputs)
 
     reply, outputs = execute(kc, "name, len(secret)")
-    assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["('klbr', 7)"]
+    assert results(outputs) == ["('klbr', 7)"]
 
 
 def test_interrupt_during_input_keeps_the_namespace(kernel):
@@ -41,12 +40,12 @@ def test_interrupt_during_input_keeps_the_namespace(kernel):
     assert reply["content"]["status"] == "error"
     assert reply["content"]["ename"] == "KeyboardInterrupt"
     reply, outputs = execute(kc, "kept")
-    assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["'still here'"]
+    assert results(outputs) == ["'still here'"]
 
 
 def test_input_reaches_the_frontend_when_the_workers_stdin_binds_last():
-    # A worker answers on shell before the supervisor's stdin has connected to it: readiness waits
-    # for stdin too, else the input_request is dropped by the worker's ROUTER and the cell hangs.
+    # The worker answers on shell half a second before it binds stdin: readiness waits for stdin's
+    # connection too, else the input_request is dropped by the worker's ROUTER and the cell hangs.
     with misbehaving("late-stdin") as (_, kc):
         msg_id = kc.execute("answer = input('ready? ')", allow_stdin=True)
         request = kc.get_stdin_msg(timeout=10)
@@ -56,25 +55,21 @@ def test_input_reaches_the_frontend_when_the_workers_stdin_binds_last():
         assert reply["content"]["status"] == "ok"
 
 
-def test_input_waits_for_a_stdin_that_connects_late():
-    with start_kernel(stdin=False) as (km, kc):
+def test_input_waits_for_a_stdin_that_connects_late(tmp_path):
+    log = tmp_path / "kernel.log"
+    with start_kernel(extra_arguments=["--KlbrKernelApp.log_level=INFO"], stdin=False, log=log) as (km, kc):
         msg_id = kc.execute("late = input('late? ')", allow_stdin=True)
-        time.sleep(1)  # the worker has asked by now, and nobody could hear it
-        stdin = zmq.Context.instance().socket(zmq.DEALER)
-        stdin.setsockopt(zmq.IDENTITY, kc.session.bsession)  # as jupyter_client's own stdin
-        stdin.connect(f"tcp://{km.ip}:{km.stdin_port}")
-        try:
-            assert stdin.poll(5000), "the input_request never came"
-            _, request = kc.session.recv(stdin)
+        # The worker has asked, and nobody could hear it: the kernel says so in its log.
+        until(lambda: "has no stdin connected yet" in log.read_text(), 10, "the input_request found no stdin")
+        with raw_socket(km, "stdin", identity=kc.session.bsession) as (stdin, session):  # as jupyter_client's own
+            request = receive(stdin, session, timeout=5)
             assert request["msg_type"] == "input_request"
             assert request["parent_header"]["msg_id"] == msg_id
-            kc.session.send(stdin, "input_reply", {"value": "on time"}, parent=request["header"])
+            session.send(stdin, "input_reply", {"value": "on time"}, parent=request["header"])
             reply, _ = collect(kc, msg_id)
             assert reply["content"]["status"] == "ok"
             reply, outputs = execute(kc, "late")
-            assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["'on time'"]
-        finally:
-            stdin.close(linger=0)
+            assert results(outputs) == ["'on time'"]
 
 
 def test_input_without_a_stdin_channel_ends_in_eoferror_not_a_hang():

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import nbformat
 
-from conftest import collect, execute, start_kernel
+from conftest import collect, execute, raw_socket, receive, results, start_kernel, stream_text
 
 
 def _db(path) -> sqlite3.Connection:
@@ -126,7 +126,7 @@ def test_lost_and_aborted_cells_are_recorded_and_history_survives_the_loss(tmp_p
         codes = [h[2] for h in reply["content"]["history"]]
         assert codes[:2] == ["a = 'first'", "import os; os.kill(os.getpid(), 9)"]
         _, outputs = execute(kc, "%klbr history 5")
-        assert "a = 'first'" in outputs[2]["content"]["text"]
+        assert "a = 'first'" in stream_text(outputs)
     statuses = [(r["code"][:8], r["status"], r["generation"]) for r in _cells(db)]
     assert statuses[:3] == [("a = 'fir", "ok", 1), ("import o", "lost", 1), ("b = 2", "aborted", None)]
 
@@ -220,7 +220,7 @@ def test_a_full_disk_pauses_the_session_and_it_resumes_when_space_returns(tmp_pa
             assert paused is not None, "the session paused"
             assert str(db) in paused["evalue"] and "full" in paused["evalue"]
             _, outputs = execute(kc, "%klbr status")
-            assert "PAUSED" in outputs[2]["content"]["text"]
+            assert "PAUSED" in stream_text(outputs)
             reply, _ = execute(kc, "1 + 1")
             assert reply["content"]["ename"] == "SessionPaused"  # still refused, still answering
             filler.unlink()
@@ -325,18 +325,10 @@ def test_prune_deletes_old_ended_sessions_only(tmp_path):
 
 
 def test_a_resent_execute_is_answered_from_the_record_not_run_again(tmp_path):
-    import zmq
-    from jupyter_client.session import Session
-
     db = tmp_path / "log.sqlite3"
     with kernel_on(db) as (km, kc):
         execute(kc, "runs = 0")
-        info = km.get_connection_info()
-        sock = zmq.Context.instance().socket(zmq.DEALER)
-        sock.linger = 0
-        sock.connect(f"{info['transport']}://{info['ip']}:{info['shell_port']}")
-        session = Session(key=info["key"], signature_scheme=info["signature_scheme"])
-        try:
+        with raw_socket(km, "shell") as (sock, session):
             msg = session.msg("execute_request", {"code": "runs += 1\nruns", "silent": False, "store_history": True,
                                                   "user_expressions": {}, "allow_stdin": False, "stop_on_error": True})
             frames = session.serialize(msg)
@@ -344,15 +336,9 @@ def test_a_resent_execute_is_answered_from_the_record_not_run_again(tmp_path):
             sock.send_multipart(frames)  # byte-identical: a client resending after a reconnect
             again = dict(msg, header=dict(msg["header"], date="2030-01-01T00:00:00Z"))  # re-signed, same msg_id
             sock.send_multipart(session.serialize(again))
-            replies = []
-            while len(replies) < 3:
-                assert sock.poll(10_000), f"only {len(replies)} replies"
-                _, body = session.feed_identities(sock.recv_multipart())
-                replies.append(session.deserialize(body))
-        finally:
-            sock.close()
+            replies = [receive(sock, session) for _ in range(3)]
         assert {r["parent_header"]["msg_id"] for r in replies} == {msg["header"]["msg_id"]}
         assert len({r["content"]["execution_count"] for r in replies}) == 1
         _, outputs = execute(kc, "runs")
-        assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["1"]
+        assert results(outputs) == ["1"]
     assert [r["code"] for r in _cells(db)].count("runs += 1\nruns") == 1

@@ -40,10 +40,12 @@ def test_comm_messages_are_not_held_behind_a_running_cell(kernel):
     km, kc = kernel
     reply, outputs = execute(kc, "import ipywidgets as w\ns = w.IntSlider(value=0)\ndisplay(s)")
     comm_id = _comm_open(outputs)["content"]["comm_id"]
-    code = "import asyncio\nfor _ in range(200):\n    if s.value == 11:\n        break\n    await asyncio.sleep(0.05)\ns.value"
+    code = ("import asyncio\nprint('waiting for the widget', flush=True)\nfor _ in range(200):\n"
+            "    if s.value == 11:\n        break\n    await asyncio.sleep(0.05)\ns.value")
     start = time.monotonic()
     msg_id = kc.execute(code)
-    time.sleep(0.5)
+    while not (m := kc.get_iopub_msg(timeout=10))["parent_header"].get("msg_id") == msg_id or m["msg_type"] != "stream":
+        pass  # the cell runs
     _set_value(kc, comm_id, 11)
     from conftest import collect
     reply, outputs = collect(kc, msg_id, timeout=30)

@@ -5,7 +5,7 @@
 The kernel runs cells normally; the cell `misbehave()` triggers BEHAVIOUR (for "complete", the first
 complete_request does, once per MARKER file; for "drops-is-complete", every is_complete_request does:
 ipykernel logs the handler's exception and never replies). Each behaviour is a way real workers die,
-hang or fail. "noisy" prints to stderr from a thread soon after start, about no request at all.
+hang or fail. "noisy" prints to stderr as it starts, about no request at all.
 "late-stdin" misbehaves at start-up instead: its stdin is bound once, half a second after the kernel
 serves shell. That is what a slow machine can make of any worker as the supervisor sees it (its
 connection to stdin is still waiting on a retry timer when shell already answers), made certain:
@@ -30,7 +30,11 @@ BEHAVIOUR = sys.argv.pop(1)
 MARKER = sys.argv.pop(1) if BEHAVIOUR == "complete" else None
 
 
-def misbehave(go: str | None = None, lines: int = 2000) -> None:
+def misbehave(go: str | None = None, lines: int = 2000, announce: str | None = None) -> None:
+    """`announce`, if given, is a file touched just before the misbehaviour starts (for a test to wait on:
+    output is no sign, since a worker that hangs holding the GIL never gets it out)."""
+    if announce is not None and BEHAVIOUR != "hang-in-c":
+        Path(announce).touch()
     if BEHAVIOUR == "sigkill":
         os.kill(os.getpid(), signal.SIGKILL)
     elif BEHAVIOUR == "exit":
@@ -43,6 +47,8 @@ def misbehave(go: str | None = None, lines: int = 2000) -> None:
     elif BEHAVIOUR == "hang-in-c":
         signal.signal(signal.SIGTERM, signal.SIG_IGN)  # only SIGKILL ends it
         signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        if announce is not None:
+            Path(announce).touch()  # now an interrupt can only be ignored
         ctypes.PyDLL(None).sleep(600)  # holds the GIL: no Python thread runs again
     elif BEHAVIOUR == "die-in-output":
         chunk = "y" * 65536
@@ -112,7 +118,8 @@ class MisbehavingApp(IPKernelApp):
         if BEHAVIOUR == "late-stdin":
             threading.Timer(0.5, self._try_bind_socket, (self.stdin_socket, self._late_stdin_port)).start()
         elif BEHAVIOUR == "noisy":
-            threading.Timer(0.3, lambda: print(NOISE, file=sys.stderr, flush=True)).start()
+            # As debugpy's warnings are written: on the main thread, before any request has come.
+            print(NOISE, file=sys.stderr)
         super().start()
 
 
