@@ -41,8 +41,10 @@ class KlbrKernelApp(JupyterApp):
         return logging.WARNING
 
     def start(self) -> None:
-        # The level on the logger itself, so per-cell debug calls build no records at all.
-        self.log.setLevel(self.log_level)
+        # The level on the loggers themselves, so per-cell debug calls build no records at all: the
+        # app's, and those of klbr's modules (whose records reach the same stderr through the root).
+        for logger in (self.log, logging.getLogger("klbr_kernel"), logging.getLogger("klbr_supervisor")):
+            logger.setLevel(self.log_level)
         if not self.connection_file:
             self.log.critical("klbr kernel: -f CONNECTION_FILE is required")
             self.exit(2)

@@ -57,7 +57,7 @@ class StdinRelay:
         self.supervisor.cells.waiting_for_input(False)
         self.supervisor.send("stdin", frames)
 
-    def _send(self, req: Request, wire: Wire, deadline: float | None) -> None:
+    def _send(self, req: Request, wire: Wire, deadline: float | None, tries: int = 0) -> None:
         self._retry = None
         if req.phase is not Phase.SENT or req.reply is not None:
             return  # the cell ended meanwhile (an interrupt, a lost worker): nobody asks any more
@@ -65,7 +65,10 @@ class StdinRelay:
             return
         loop = asyncio.get_running_loop()
         if loop.time() < deadline:
-            self._retry = loop.call_later(_RETRY, self._send, req, wire, deadline)
+            if not tries:
+                log.info("stdin: the frontend of %s has no stdin connected yet; trying for %g s", req.msg_id,
+                         INPUT_PATIENCE)
+            self._retry = loop.call_later(_RETRY, self._send, req, wire, deadline, tries + 1)
             return
         log.warning("stdin: no frontend stdin connected to answer input() of %s; answered end-of-file",
                     req.msg_id)

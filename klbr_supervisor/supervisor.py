@@ -105,7 +105,6 @@ class Supervisor(LoggingConfigurable):
         # of, and only its row in the store remains (issue I, defect 12).
         self._live: set[Generation] = set()
         self._numbers = itertools.count(1)
-        self.started_generations = 0
         self.crash_loop: int | None = None  # restarts used when the budget ran out
         self.counts = ExecutionCounts()
         self.cells = CellWatch(self.policy, self.kill_grace, self.log)
@@ -155,7 +154,6 @@ class Supervisor(LoggingConfigurable):
             log=self.log,
         )
         self._live.add(gen)
-        self.started_generations = number
         if spare:
             self.spare = gen
         else:
@@ -291,7 +289,6 @@ class Supervisor(LoggingConfigurable):
             "restart_window": self.restart_window,
             "cell_timeout": self.policy.timeout_for(),
             "interrupt_grace": self.policy.interrupt_grace,
-            "generations": self.started_generations,
         }
 
     # -- from generations --------------------------------------------------------------------------
