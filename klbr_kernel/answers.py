@@ -54,7 +54,8 @@ class Answers:
         req.reply_content = content
         req.held += [lambda: proxy.replies.reply(req, content), lambda: proxy.replies.idle(req)]
         if req.record is not None:
-            proxy.cell_log.finish(req, content, proxy.guarded(req, lambda error: proxy.delivery.release(req)))
+            if proxy.cell_log.finish(req, content, proxy.guarded(req, lambda error: proxy.delivery.release(req))):
+                proxy.delivery.release(req)
         else:
             proxy.cell_log.answered(req, content, req.own_outputs)
             proxy.delivery.release(req)

@@ -2,7 +2,8 @@
 
 A cell is an execute that takes an execution count (store_history and not silent): variable
 explorers' silent executes are not cells. Statuses are the store's public vocabulary (`outcomes`).
-Every `then` callback runs later, on the loop, once the write is committed or has failed.
+`start` and `finish` return True when the row is durable already; otherwise their `then` callback
+runs later, on the loop, once the write is committed or has failed (never inside the call).
 """
 
 from __future__ import annotations
@@ -69,20 +70,20 @@ class CellLog:
 
     # -- writing -----------------------------------------------------------------------------------
 
-    def start(self, req: Request, generation: int | None, then: Then) -> None:
+    def start(self, req: Request, generation: int | None, then: Then) -> bool:
         """The cell's `running` row, committed before the worker sees it (semantics 3)."""
         req.record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, generation)
-        self._store.cell_started(req.record, then)
+        return self._store.cell_started(req.record, then)
 
     def output(self, req: Request, msg_type: str, content) -> None:
         """`content` is the message's content frame (a zmq.Frame or bytes), recorded as sent."""
         if req.record is not None:
             self._store.output(req.record, msg_type, content)
 
-    def finish(self, req: Request, content: dict, then: Then) -> None:
+    def finish(self, req: Request, content: dict, then: Then) -> bool:
         """The outcome of a recorded cell, `content` being the reply the frontend gets."""
         generation = req.generation.number if req.generation else None
-        self._store.cell_finished(req.record, status=cell_status(content), count=content.get("execution_count"),
+        return self._store.cell_finished(req.record, status=cell_status(content), count=content.get("execution_count"),
                                   error=_error_text(content), reply=content, generation=generation, done=then)
 
     def answered(self, req: Request, content: dict, outputs: list[tuple[str, dict]] = ()) -> None:

@@ -199,7 +199,8 @@ class Delivery:
     def _commit(self, req: Request) -> None:
         req.committing = True
         req.committed_outputs = req.record.seq
-        self.proxy.cell_log.finish(req, req.reply_content or {}, self.proxy.guarded(req, lambda error: self._committed(req)))
+        if self.proxy.cell_log.finish(req, req.reply_content or {}, self.proxy.guarded(req, lambda error: self._committed(req))):
+            self._committed(req)
 
     def _committed(self, req: Request) -> None:
         req.committing = False

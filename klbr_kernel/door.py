@@ -6,7 +6,7 @@ The `Frontend` has verified the signature and decoded the headers. The door chec
 - the header: `msg_id` and `msg_type` non-empty strings, `session` and `username` strings when
   present, `version` a "5.x" string (ipykernel reads a missing one as protocol 4, and its adapter
   then drops the message), no `subshell_id` (klbr offers no subshells);
-- every date-like string in the header and parent header parses, as ipykernel parses them with
+- every date-like string in the header and parent header parses as ipykernel parses them with
   jupyter_client's `extract_dates` (one that does not makes it drop the message);
 - metadata and content are JSON objects (ipykernel calls `metadata.get`);
 - the content fields each request type needs, with their types and ranges (a `cursor_pos` past the
@@ -21,8 +21,10 @@ from __future__ import annotations
 
 import json
 import re
+from datetime import datetime
 
-from jupyter_client.jsonutil import extract_dates
+from dateutil.parser import isoparse
+from jupyter_client.jsonutil import ISO8601_PAT
 
 from .requests import Request
 
@@ -83,8 +85,8 @@ def admit(channel: str, wire) -> Request:
     if header.get("subshell_id") is not None:
         raise Refused("klbr does not offer kernel subshells", "SubshellsNotSupported")
     try:
-        extract_dates(header)
-        extract_dates(wire.parent)
+        _check_dates(header)
+        _check_dates(wire.parent)
     except (ValueError, OverflowError) as e:
         raise Refused(f"a date in the header does not parse: {e}") from None
     body = wire.body
@@ -101,6 +103,26 @@ def admit(channel: str, wire) -> Request:
     if problem is not None:
         raise Refused(problem)
     return Request(channel, wire, content)
+
+
+def _check_dates(value) -> None:
+    """Raise ValueError for a string that jupyter_client's `extract_dates` takes for a date (the
+    ISO 8601 pattern) and cannot parse; ipykernel runs it on both headers of every message.
+
+    `datetime.fromisoformat` reads every valid string of that pattern (in a few hundred ns);
+    what it refuses, dateutil's `isoparse`, which `extract_dates` uses, judges (it also takes 24:00)."""
+    if isinstance(value, str):
+        if ISO8601_PAT.match(value):
+            try:
+                datetime.fromisoformat(value)
+            except ValueError:
+                isoparse(value)
+    elif isinstance(value, dict):
+        for item in value.values():
+            _check_dates(item)
+    elif isinstance(value, list):
+        for item in value:
+            _check_dates(item)
 
 
 def content_problem(msg_type: str, content: dict) -> str | None:

@@ -119,6 +119,7 @@ class Proxy:
         log.error("klbr failed while handling %s %s; answered InternalError", req.msg_type, req.msg_id, exc_info=exc)
         if req.phase is Phase.DONE:
             return
+        in_flight = req is self.queue.inflight
         self.forget(req)
         req.phase = Phase.DONE  # the boundary ends a request from whatever phase it was in
         if req.msg_type == "execute_request":
@@ -135,6 +136,9 @@ class Proxy:
                 if req.record is not None:
                     self.cell_log.finish(req, content, lambda error: None)
             self.replies.idle(req)
+            if in_flight:  # an error like any other: the executes queued behind it are aborted
+                for aborted in self.queue.finish(req, "error"):
+                    self.answers.abort(aborted)
         except Exception:
             log.exception("answering %s %s after an internal error failed too", req.msg_type, req.msg_id)
         asyncio.get_running_loop().call_soon(self.pump)
@@ -198,7 +202,8 @@ class Proxy:
         if self.cell_log.is_cell(req) and self.cell_log.recording and req.record is None:
             # Durable before visible (semantics 3): the row commits before the worker sees it.
             req.move(Phase.RECORDING)
-            self.cell_log.start(req, self.generation.number, self.guarded(req, lambda error: self._recorded(req, error)))
+            if self.cell_log.start(req, self.generation.number, self.guarded(req, lambda error: self._recorded(req, error))):
+                self._recorded(req, None)
         else:
             self.delivery.send(req)
         return False

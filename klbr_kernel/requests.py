@@ -4,11 +4,12 @@ Its life is a state machine, as a generation's is: every move goes through `Requ
 refuses any move `TRANSITIONS` does not list. Such a refusal is a bug in klbr; the error boundary
 answers the request with an InternalError and the kernel keeps serving.
 
-    QUEUED ──► RECORDING ──► SENT ──► ANSWERED ──► DONE
-      │  │         │  └──► QUEUED      ▲  ▲
-      │  └─► PROXY ┴────────────────── ┘  │     (the proxy's own answer, or a refusal)
-      └───────────────────────────────────┘
-    SENT ──► QUEUED: retried once on the next generation (idempotent requests, semantics 8)
+- queued -> recording -> sent -> answered -> done: a cell, its row committed before the worker sees it;
+- queued -> sent -> answered -> done: any other request the worker answers;
+- queued -> proxy -> answered -> done: a `%klbr` cell, an interrupt or a shutdown request;
+- queued -> answered -> done: refused, aborted, or history from the cell log;
+- sent -> queued: retried once on the next generation (idempotent requests, semantics 8);
+- recording -> queued: its generation ended while its row committed; it runs on the next one.
 """
 
 from __future__ import annotations

@@ -10,6 +10,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from queue import Empty
 
 import pytest
 import zmq
@@ -143,6 +144,16 @@ def collect(kc, msg_id: str, timeout: float = 30, seen: list | None = None) -> t
             seen.append(reply)
         if reply["parent_header"].get("msg_id") == msg_id:
             return reply, outputs
+
+
+def drain(channel, quiet: float = 0.5) -> list[dict]:
+    """Every message a client channel still receives until it has been quiet for `quiet` seconds."""
+    msgs = []
+    while True:
+        try:
+            msgs.append(channel.get_msg(timeout=quiet))
+        except Empty:
+            return msgs
 
 
 def worker_pid(kc) -> int:

@@ -6,12 +6,11 @@ import os
 import signal
 import time
 from pathlib import Path
-from queue import Empty
 
 from jupyter_client.manager import KernelManager
 from jupyter_client.session import Session
 
-from conftest import (collect, execute, kill_quietly, process_gone, results, standby, start_kernel, stream_text,
+from conftest import (collect, drain, execute, kill_quietly, process_gone, results, standby, start_kernel, stream_text,
                       until, worker_pid)
 
 
@@ -40,7 +39,7 @@ def test_kernel_info_is_answered_while_the_proxy_itself_still_starts(tmp_path):
         assert reply["parent_header"]["msg_id"] == early
         assert reply["content"]["implementation"] == "klbr"
         assert answered_in < 4, f"kernel_info took {answered_in:.1f} s: it waited for the proxy"
-        brackets = [m for m in _drain_iopub(kc) if m["parent_header"].get("msg_id") == early]
+        brackets = [m for m in drain(kc.iopub_channel) if m["parent_header"].get("msg_id") == early]
         assert [m["content"]["execution_state"] for m in brackets] == ["busy", "idle"]
         # Sent before the proxy took over: all answered once it has, and a forged one never.
         Session(key=b"another key").send(kc.shell_channel.socket, "kernel_info_request")
@@ -58,15 +57,6 @@ def test_kernel_info_is_answered_while_the_proxy_itself_still_starts(tmp_path):
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
-
-
-def _drain_iopub(kc, quiet: float = 0.5) -> list[dict]:
-    msgs = []
-    while True:
-        try:
-            msgs.append(kc.get_iopub_msg(timeout=quiet))
-        except Empty:
-            return msgs
 
 
 def test_a_worker_that_dies_while_starting_gives_WorkerStartFailed_with_its_stderr():

@@ -2,19 +2,8 @@
 
 from __future__ import annotations
 
-from queue import Empty
-
-from conftest import (collect, execute, misbehaving, raw_socket, receive, results, standby, start_kernel,
+from conftest import (collect, drain, execute, misbehaving, raw_socket, receive, results, standby, start_kernel,
                       stream_text, until)
-
-
-def _drain(channel, quiet: float = 0.5) -> list[dict]:
-    msgs = []
-    while True:
-        try:
-            msgs.append(channel.get_msg(timeout=quiet))
-        except Empty:
-            return msgs
 
 
 def test_every_message_carries_one_session_across_generations():
@@ -25,7 +14,7 @@ def test_every_message_carries_one_session_across_generations():
         execute(kc, "print('two')", seen=seen)
         for msg_id in (kc.complete("pri", 3), kc.inspect("print", 5)):
             collect(kc, msg_id, seen=seen)
-        seen += _drain(kc.iopub_channel) + _drain(kc.shell_channel)
+        seen += drain(kc.iopub_channel) + drain(kc.shell_channel)
     replies = [m for m in seen if m["msg_type"].endswith("_reply")]
     assert len(replies) == 5
     assert {m["header"]["session"] for m in seen} == {replies[0]["header"]["session"]}
@@ -75,7 +64,7 @@ def test_workers_that_serve_no_request_never_publish_to_the_frontend(tmp_path):
         until(lambda: noisy(3), 30, "the spare after the loss, generation 3, has printed its noise")
         reply, outputs = execute(kc, "print('after')", seen=seen)
         assert stream_text(outputs) == "after\n"
-        seen += _drain(kc.iopub_channel)
+        seen += drain(kc.iopub_channel)
     assert not _about_no_request(seen)
 
 
@@ -87,7 +76,7 @@ def test_a_real_worker_s_start_up_noise_stays_out_of_the_notebook():
         for code in ("print('one')", "import os; os.kill(os.getpid(), 9)", "print('two')"):
             execute(kc, code, seen=seen)
             until(lambda: standby(kc, seen) == "ready", 60, "the spare is ready")  # it has started, and printed
-        seen += _drain(kc.iopub_channel)
+        seen += drain(kc.iopub_channel)
     assert not _about_no_request(seen)
 
 

@@ -27,24 +27,39 @@ def _open(path) -> Store:
 def _started(store: Store, loop) -> tuple[CellRecord, asyncio.Future]:
     record = CellRecord("m1", "client", "print(1)", 1)
     done = loop.create_future()
-    store.cell_started(record, done.set_result)
+    if store.cell_started(record, done.set_result):
+        done.set_result(None)  # durable at once: no callback comes
     return record, done
 
 
-def test_a_callback_runs_later_on_the_loop_never_inside_the_call(store_path):
+def _rows(path) -> list[str]:
+    return [r[0] for r in sqlite3.connect(path).execute("SELECT status FROM cells")]
+
+
+def test_a_write_is_durable_when_the_call_says_so_and_otherwise_called_back_later(store_path):
+    """A commit the loop makes itself is durable when the call returns True, and no callback comes;
+    one that waits for the writer thread calls back later on the loop, never inside the call."""
     async def main():
+        loop = asyncio.get_running_loop()
         store = _open(store_path)
-        record, done = _started(store, asyncio.get_running_loop())
-        assert not done.done(), "called back inside cell_started"
-        assert await asyncio.wait_for(done, 10) is None
-        finished = asyncio.get_running_loop().create_future()
-        store.cell_finished(record, status="ok", count=1, error=None, reply={"status": "ok"}, generation=1,
-                            done=finished.set_result)
+        calls = []
+        record = CellRecord("m1", "client", "print(1)", 1)
+        assert store.cell_started(record, calls.append), "the writer was idle: committed on the loop"
+        assert _rows(store_path) == ["running"]  # durable, read from another connection
+        release = threading.Event()
+        store._writer.submit(lambda conn: release.wait(10), None)  # the writer is busy now
+        finished = loop.create_future()
+        assert not store.cell_finished(record, status="ok", count=1, error=None, reply={"status": "ok"},
+                                       generation=1, done=finished.set_result)
         assert not finished.done(), "called back inside cell_finished"
+        release.set()
         assert await asyncio.wait_for(finished, 10) is None
+        await asyncio.sleep(0)
+        assert calls == [], "the commit that was durable at once called back too"
         store.close()
 
     asyncio.run(main())
+    assert _rows(store_path) == ["ok"]
 
 
 def test_an_outcome_records_the_outputs_counted_when_it_was_submitted(store_path):
@@ -60,8 +75,8 @@ def test_an_outcome_records_the_outputs_counted_when_it_was_submitted(store_path
         release = threading.Event()
         store._writer.submit(lambda conn: release.wait(10), None)  # the writer is busy
         finished = loop.create_future()
-        store.cell_finished(record, status="ok", count=1, error=None, reply={"status": "ok"}, generation=1,
-                            done=finished.set_result)
+        assert not store.cell_finished(record, status="ok", count=1, error=None, reply={"status": "ok"},
+                                       generation=1, done=finished.set_result)
         store.output(record, "stream", b'{"name": "stdout", "text": "after the reply\\n"}')
         assert record.output_bytes > bytes_at_reply
         release.set()

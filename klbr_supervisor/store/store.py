@@ -3,8 +3,9 @@
 The proxy's request path calls `cell_started` (the row is committed before the worker sees the
 cell), `output` (queued; batched into the writer's next transaction) and `cell_finished` (the
 outcome and every output received so far commit together, before the frontend sees the reply).
-Completion callbacks (`done`) always run later on the event loop, never inside the call that took
-them; the threading rule is in `writer`. A write that fails pauses the store (`paused` says why); the
+`cell_started` and `cell_finished` return True when the loop committed the write itself (the common
+case: the row is durable now, and `done` is never called); otherwise `done` runs later on the loop,
+never inside the call that took it. The threading rule is in `writer`. A write that fails pauses the store (`paused` says why); the
 next `cell_started` tries again and resumes it when the file takes writes again.
 """
 
@@ -197,14 +198,15 @@ class Store(LoggingConfigurable):
 
     # -- the request path --------------------------------------------------------------------------
 
-    def cell_started(self, cell: CellRecord, done: Done) -> None:
-        """Insert the cell as `running`; `done(None)` once committed, `done(error)` if it was not."""
+    def cell_started(self, cell: CellRecord, done: Done) -> bool:
+        """Insert the cell as `running`. True: committed now. Else `done(None)` once it is committed,
+        `done(error)` if it was not, later on the loop."""
         replaced = self._file_replaced()
         if replaced is not None:
             if self.paused is not replaced:
                 self._pause(replaced)
             self._later(done, replaced)
-            return
+            return False
         session_id, started = self.session_id, now()
 
         def insert(c: sqlite3.Connection) -> None:
@@ -215,15 +217,22 @@ class Store(LoggingConfigurable):
             )
             cell.id = cur.lastrowid
 
-        def committed(error: StoreError | None) -> None:
-            if error is None and self.paused is not None:
+        def resumed() -> None:
+            if self.paused is not None:
                 log.warning("klbr store %s takes writes again: recording resumed", self.path)
                 self._pause(None)
                 self.event("store_resumed", {})
+
+        def committed(error: StoreError | None) -> None:
+            if error is None:
+                resumed()
             done(error)
 
-        if not self._direct(insert, committed):
-            self._submit(insert, committed, resuming=True)
+        if self._direct(insert, committed):
+            resumed()
+            return True
+        self._submit(insert, committed, resuming=True)
+        return False
 
     def output(self, cell: CellRecord, msg_type: str, content: Buffer) -> None:
         """Queue one iopub output of `cell` (its content JSON as sent, bytes or a received frame);
@@ -248,8 +257,9 @@ class Store(LoggingConfigurable):
         self._submit(insert)
 
     def cell_finished(self, cell: CellRecord, *, status: str, count: int | None, error: str | None,
-                      reply: dict | None, generation: int | None, done: Done) -> None:
-        """Record the outcome; `done` runs once it (and every output before it) is committed."""
+                      reply: dict | None, generation: int | None, done: Done) -> bool:
+        """Record the outcome, with every output before it. True: committed now. Else `done` runs once
+        it is committed (or has failed), later on the loop."""
         reply_text = json.dumps(reply, default=str) if reply is not None else None
         finished, output_bytes, truncated = now(), cell.output_bytes, int(cell.truncated)  # as of now
 
@@ -262,8 +272,10 @@ class Store(LoggingConfigurable):
                 (status, finished, error, reply_text, count, generation, output_bytes, truncated, cell.id),
             )
 
-        if not self._direct(update, done):
-            self._submit(update, done)
+        if self._direct(update, done):
+            return True
+        self._submit(update, done)
+        return False
 
     def answered(self, cell: CellRecord, *, status: str, count: int | None, error: str, reply: dict,
                  outputs: list[tuple[str, dict]] = ()) -> None:
@@ -309,8 +321,17 @@ class Store(LoggingConfigurable):
     # -- the writer --------------------------------------------------------------------------------
 
     def _direct(self, apply: Callable[[sqlite3.Connection], None], done: Done) -> bool:
-        """Commit `apply` now on the loop if the writer allows it (see `Writer.direct`)."""
-        return self._writer is not None and self._writer.direct(apply, done)
+        """Commit `apply` now on the loop if the writer allows it (see `Writer.direct`): True when it
+        is durable now. A direct commit that failed pauses the store and reports to `done` later."""
+        if self._writer is None:
+            return False
+        ran, cause = self._writer.direct(apply)
+        if not ran:
+            return False
+        if cause is None:
+            return True
+        asyncio.get_running_loop().call_soon(self._report, cause, [done])
+        return False
 
     def _submit(self, apply: Callable[[sqlite3.Connection], None], done: Done | None = None, *,
                 resuming: bool = False) -> None:

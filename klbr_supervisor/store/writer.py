@@ -3,14 +3,15 @@
 A write is a callable `apply(conn)`. Queued writes are batched into one transaction by the writer
 thread; `report(failure, dones)` then runs on the event loop (`failure` is the sqlite3 or OS error
 that rolled the batch back, or None). When nothing is queued or being written, `direct` commits on
-the loop instead (no thread handoff on the request path), with a connection that never waits for
-another kernel's lock and never checkpoints: the thread folds the WAL back every `CHECKPOINT_EVERY`
-direct commits, so no cell waits for a checkpoint's copy and sync.
+the loop instead (no thread handoff on the request path) and returns the outcome to its caller,
+with a connection that never waits for another kernel's lock and never checkpoints: the thread
+folds the WAL back every `CHECKPOINT_EVERY` direct commits, so no cell waits for a checkpoint's copy
+and sync.
 
 Threading rule: a write runs on one thread at a time, in the order it was submitted (the writer
-thread, or the loop under the writer's lock), reads nothing but what was captured when the loop
-submitted it and the row ids earlier writes set on their records, and its `report` always runs later
-on the loop, never inside the call that submitted it.
+thread, or the loop under the writer's lock), and reads nothing but what was captured when the loop
+submitted it and the row ids earlier writes set on their records; its outcome reaches the loop as
+`direct`'s return value or as a `report` that runs later, never as a call back into the submitter.
 """
 
 from __future__ import annotations
@@ -73,26 +74,26 @@ class Writer:
         self._submitted += 1
         self._queue.put((apply, done))
 
-    def direct(self, apply: Apply, done: Callable) -> bool:
-        """Commit `apply` now, on the caller's thread, if that keeps the order of writes: nothing is
-        queued or being written, and no other kernel holds the file's write lock. False: queue it."""
+    def direct(self, apply: Apply) -> tuple[bool, Exception | None]:
+        """Commit `apply` now, on the loop, if that keeps the order of writes: nothing is queued or
+        being written, and no other kernel holds the file's write lock. (False, None): not done,
+        submit it instead; (True, failure): done, `failure` the error that rolled it back, or None."""
         if self.closed or self._submitted != self._committed or not self._lock.acquire(blocking=False):
-            return False
+            return False, None
         try:
             if self._submitted != self._committed:  # the writer took an item meanwhile
-                return False
+                return False, None
             try:
                 self._direct_conn.execute("BEGIN IMMEDIATE")
             except sqlite3.OperationalError:
-                return False  # busy: the writer thread waits for the lock instead
+                return False, None  # busy: the writer thread waits for the lock instead
             failure = _commit(self._direct_conn, [apply])
         finally:
             self._lock.release()
         self._direct_commits += 1
         if self._direct_commits % CHECKPOINT_EVERY == 0:
             self._queue.put(_CHECKPOINT)
-        self._loop.call_soon(self._report, failure, [done])
-        return True
+        return True, failure
 
     def close(self, wait: float) -> None:
         """Write what is queued and stop the thread (once, at shutdown), waiting up to `wait` seconds:
