@@ -18,7 +18,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from measures import (eight_at_once, kernel, million_cell_listing, nbclient_100, pid_of_worker, recovery,
-                      rotated, rss_mib, run_cell, startup, store_cost, trivial_cells)
+                      replay_10k, rotated, rss_mib, run_cell, startup, store_cost, trivial_cells)
 
 KERNELS = {"klbr": "klbr", "ipykernel": "python3", "ipykernel A/A": "python3-aa"}
 # Not klbr, for reading its trivial-cell ratio: what a proxy process costs at the least (ipykernel
@@ -86,6 +86,7 @@ def main() -> None:
             for label, (km, kc) in running.items():
                 if label == "klbr":
                     add(label, "proxy RSS (MiB)", rss_mib(km.provisioner.process.pid))
+                    add(label, "replay of a 10 000-output cell → idle (s)", replay_10k(kc))
                 add(label, "worker RSS (MiB)", rss_mib(pid_of_worker(kc)))
                 for measure, value in recovery(label, km, kc).items():
                     add(label, measure, value)

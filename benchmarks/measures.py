@@ -195,6 +195,12 @@ def recovery(label: str, km, kc) -> dict[str, float]:
     return out
 
 
+def replay_10k(kc) -> float:
+    """`%klbr replay` of a cell that made 10 000 outputs: seconds from the request to its reply and idle."""
+    run_cell(kc, "for i in range(10_000):\n    print(i, flush=True)")
+    return run_cell(kc, "%klbr replay")
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):

@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
+from .magics import replay_spec
 from .outcomes import CellError, refusal_error, session_paused_error
 from .requests import QUEUED, Phase, Request
 from .status import magic_output
@@ -24,6 +25,39 @@ log = logging.getLogger(__name__)
 class Answers:
     def __init__(self, proxy: Proxy):
         self.proxy = proxy
+        self._unseen: list[str] = []  # notices of cells whose outputs reached no one, for the next cell
+
+    def begin(self, req: Request) -> None:
+        """An execute the proxy answers starts as a worker's would: busy, its count and In[n], and
+        the notices the next cell is to show. Once; calling it again changes nothing."""
+        proxy = self.proxy
+        proxy.replies.busy(req)
+        if req.counts:
+            announce = req.count is None  # the worker never said In[n] for it
+            req.count = proxy.supervisor.counts.answered(req.code, req.count)
+            if announce:
+                proxy.frontend.send_iopub("execute_input", {"code": req.code, "execution_count": req.count}, req.header)
+                self.notices(req)
+
+    def notices(self, req: Request, more: str | None = None) -> None:
+        """Start a cell's output with what it must tell first (`more`, then outputs that reached no one)."""
+        text = (more or "") + "".join(self._unseen)
+        if text and not req.silent:
+            self._unseen.clear()
+            self.output(req, "stream", {"name": "stderr", "text": text})
+
+    def unseen(self, req: Request) -> None:
+        """`req` is done: if its outputs reached no frontend, the next cell says so, once."""
+        record = req.record
+        if record is None or record.id is None or not (req.unseen or req.orphaned):
+            return
+        count = f"cell [{req.count}]" if req.count is not None else "a cell"
+        if req.orphaned:
+            what = (f"klbr: {count} ended after the frontend that ran it disconnected, so its "
+                    f"{record.seq} outputs reached no notebook")
+        else:
+            what = f"klbr: {req.unseen} outputs of {count} were published while no frontend was connected"
+        self._unseen.append(f"{what}; `%klbr replay {record.id}` brings them back.\n")
 
     def here(self, req: Request, *, error: CellError | None = None, stdout: str = "") -> None:
         """Answer a queued request without (further) help from a worker: a `%klbr` cell, a refusal,
@@ -36,12 +70,7 @@ class Answers:
             req.reply_content = content
             proxy.delivery.release(req)
             return
-        proxy.replies.busy(req)
-        if req.counts:
-            announce = req.count is None  # the worker never said In[n] for it
-            req.count = proxy.supervisor.counts.answered(req.code, req.count)
-            if announce:
-                proxy.frontend.send_iopub("execute_input", {"code": req.code, "execution_count": req.count}, req.header)
+        self.begin(req)
         count = req.count if req.count is not None else proxy.supervisor.counts.last
         if stdout and not req.silent:
             self.output(req, "stream", {"name": "stdout", "text": stdout})
@@ -79,6 +108,8 @@ class Answers:
         """An output the proxy itself gives a cell: shown, and recorded like the worker's."""
         proxy = self.proxy
         proxy.frontend.send_iopub(msg_type, content, req.header)
+        if not proxy.frontend.subscriptions:
+            req.unseen += 1
         if req.record is not None:
             proxy.cell_log.output(req, msg_type, proxy.session.pack(content))
         else:
@@ -107,18 +138,25 @@ class Answers:
         proxy.delivery.release(req)
 
     async def magics(self, req: Request) -> None:
-        """A cell of `%klbr` lines, carried out by the supervisor (`status`)."""
-        error, text = None, ""
+        """A cell of `%klbr` lines, carried out by the supervisor (`status`) or the `replay`; what
+        each line prints is shown as it is done."""
+        error = None
+        self.begin(req)
         if req.magic_error:
             error = CellError("UsageError", req.magic_error)
         else:
             try:
                 for magic in req.magics:
-                    text += await magic_output(magic, self.proxy.supervisor, self.proxy.cell_log)
+                    if magic.command == "replay":
+                        await self.proxy.replay.run(req, replay_spec(magic.args))
+                        continue
+                    text = await magic_output(magic, self.proxy.supervisor, self.proxy.cell_log)
+                    if text and not req.silent:
+                        self.output(req, "stream", {"name": "stdout", "text": text})
             except ValueError as e:  # MagicError, and a bad argument
                 error = CellError("UsageError", str(e))
         if req.phase is Phase.PROXY:  # not answered meanwhile (a shutdown)
-            self.here(req, error=error, stdout=text)
+            self.here(req, error=error)
 
     async def interrupt(self, req: Request) -> None:
         proxy = self.proxy

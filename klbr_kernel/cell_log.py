@@ -8,9 +8,10 @@ runs later, on the loop, once the write is committed or has failed (never inside
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
-from klbr_supervisor.store import CellRecord, Store, StoreError
+from klbr_supervisor.store import CellRecord, Store, StoreError, queries
 
 from .outcomes import cell_status
 from .requests import Request
@@ -58,15 +59,37 @@ class CellLog:
             return f"PAUSED, cells refused ({store.paused})"
         return f"{store.path} (session {store.session_id})"
 
-    # -- reading -----------------------------------------------------------------------------------
+    # -- reading (on the loop, with the store's read connection) ------------------------------------
 
     def history(self, content: dict, notebook: str | None) -> list[tuple]:
         """A history_request's answer, from the log (across generations and sessions)."""
-        return self._store.history(content, notebook)
+        return queries.history(self._store.reader(), content, self._store.session_id, notebook)
 
     def recorded_reply(self, client_session: str, msg_id: str) -> dict | None:
         """The reply this session recorded for an execute, if any (semantics 9)."""
-        return self._store.recorded_reply(client_session, msg_id) if self.recording else None
+        if not self.recording:
+            return None
+        return queries.recorded_reply(self._store.reader(), self._store.session_id, client_session, msg_id)
+
+    def recent_cells(self, n: int, notebook: str | None) -> list:
+        """This notebook's last `n` cells, with their store ids and output counts (`%klbr history`)."""
+        reader = self._store.reader()
+        return queries.recent_cells(reader, queries.history_sessions(reader, self._store.session_id, notebook), n)
+
+    def replay_cell(self, notebook: str | None, *, cell_id: int | None = None, count: int | None = None):
+        """The row of the cell `%klbr replay` shows, or None (see `queries.replay_cell`)."""
+        return queries.replay_cell(self._store.reader(), self._store.session_id, notebook, cell_id=cell_id,
+                                   count=count)
+
+    def replay_outputs(self, cell_id: int, before_seq: int | None = None) -> list[dict]:
+        """A cell's recorded outputs as a notebook shows them (nbformat's shape), those before `before_seq`."""
+        return queries.rendered_outputs(queries.replay_outputs(self._store.reader(), cell_id, before_seq))
+
+    async def settled(self) -> None:
+        """Return once every write submitted so far is committed (what was sent is also readable)."""
+        future = asyncio.get_running_loop().create_future()
+        if not self._store.settled(lambda error: future.done() or future.set_result(error)):
+            await future
 
     # -- writing -----------------------------------------------------------------------------------
 

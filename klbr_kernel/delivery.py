@@ -48,8 +48,8 @@ class Delivery:
         if unavailable is not None and not self._told_unrecorded and not req.silent:
             self._told_unrecorded = True
             self.notice = unrecorded_notice(unavailable) + (self.notice or "")
-        if self.notice and not req.silent:
-            proxy.answers.output(req, "stream", {"name": "stderr", "text": self.notice})
+        if not req.silent:
+            proxy.answers.notices(req, self.notice)
             self.notice = None
         proxy.supervisor.send_execute(self._as_worker_execute(req), msg_id=req.msg_id, code=req.worker_code,
                                       counts=req.counts, timeout=req.timeout)
@@ -91,7 +91,8 @@ class Delivery:
 
     def _forward_reply(self, req: Request, wire: Wire) -> None:
         self.proxy.replies.replied(req)
-        self.proxy.frontend.forward(req.channel, req.idents, wire.frames())
+        if not self.proxy.frontend.forward(req.channel, req.idents, wire.frames()):
+            req.orphaned = True
 
     def _execute_reply(self, req: Request, wire: Wire) -> None:
         proxy = self.proxy
@@ -135,12 +136,19 @@ class Delivery:
             return
         proxy.frontend.forward("iopub", wire.prefix, wire.frames())
         if msg_type in OUTPUT_TYPES:
-            if req is not None and req.record is not None:
-                proxy.cell_log.output(req, msg_type, wire.body[4])
+            if req is not None:
+                if req.record is not None:
+                    proxy.cell_log.output(req, msg_type, wire.body[4])
+                if not proxy.frontend.subscriptions:
+                    req.unseen += 1
+                for follower in req.followers:
+                    follower.output(msg_type, wire.content)
         elif msg_type == "execute_input":
             count = wire.content.get("execution_count")
             if req is not None and isinstance(count, int):
                 req.count = count
+                if req.counts:
+                    proxy.supervisor.worker_count(count)  # a replay answered meanwhile takes the next
         elif msg_type == "comm_open":
             proxy.open_comms.add(str(wire.content.get("comm_id", "")))
         elif msg_type == "comm_close":
@@ -223,4 +231,5 @@ class Delivery:
         held, req.held = req.held, []
         for send in held:
             send()
+        self.proxy.answers.unseen(req)
         self.proxy.complete(req)

@@ -58,6 +58,12 @@ def welcome_topic(event: bytes) -> bytes | None:
     return event[1:]
 
 
+def subscription_change(event: bytes) -> int:
+    """+1 for an iopub subscription, -1 for an unsubscription (every one is reported: XPUB_VERBOSER),
+    0 for anything else: their sum is how many subscriptions are live."""
+    return {b"\x01": 1, b"\x00": -1}.get(event[:1], 0)
+
+
 def bind(info: dict, context: zmq.Context) -> tuple[dict[str, zmq.Socket], Heartbeat]:
     """Bind the frontend's four channels and start answering heartbeats."""
     sockets: dict[str, zmq.Socket] = {}
@@ -68,12 +74,15 @@ def bind(info: dict, context: zmq.Context) -> tuple[dict[str, zmq.Socket], Heart
             sock.linger = 1000
             if kind == zmq.ROUTER:
                 sock.router_handover = 1  # a reconnecting client takes over its identity
-                if name == "stdin":
-                    sock.router_mandatory = 1  # say when the frontend is not there (see `stdin`)
+                if name in ("shell", "stdin"):
+                    # Say when the frontend is not there: an input_request must wait for it (see
+                    # `stdin`), and a reply it cannot get means its outputs reached no one.
+                    sock.router_mandatory = 1
             else:
-                # Report every subscription, not only the first per topic, so a frontend that
-                # connects while another is attached still gets its iopub_welcome.
-                sock.setsockopt(zmq.XPUB_VERBOSE, 1)
+                # Report every subscription and unsubscription, not only the first and last per
+                # topic: a frontend that connects while another is attached still gets its
+                # iopub_welcome, and the proxy knows when no one is subscribed.
+                sock.setsockopt(zmq.XPUB_VERBOSER, 1)
                 # A frontend that reads slower than a cell prints may lag this many messages
                 # before the oldest are dropped, as a PUB drops at its high-water mark (ZMQ's and
                 # ipykernel's: 1000, which a reading client on a busy machine falls behind by).
@@ -97,6 +106,7 @@ class Bound:
         self.session_id = session_id
         self.kept: list[tuple[str, list[zmq.Frame]]] = []  # (channel, frames), in arrival order
         self.answered: list[bytes] = []  # signatures of the kernel_info requests answered
+        self.subscriptions = 0  # live iopub subscriptions
 
 
 class _Responder(threading.Thread):
@@ -175,12 +185,16 @@ class _Responder(threading.Thread):
         metadata = {"started": _now(), "dependencies_met": True, "engine": self._bound.session_id, "status": "ok"}
         # "local": the only placement there is; the proxy's own answers name the configured one.
         content = kernel_info_content(None, None, "local")
-        sockets[channel].send_multipart(data[:i] + self._message("kernel_info_reply", content, header, metadata))
+        try:
+            sockets[channel].send_multipart(data[:i] + self._message("kernel_info_reply", content, header, metadata))
+        except zmq.ZMQError:
+            pass  # the client went away (shell is ROUTER_MANDATORY): nobody to answer
         self._publish("status", {"execution_state": "idle"}, header)
         return True
 
     def _subscribed(self, event: bytes) -> None:
         """A new iopub subscriber: greet it (JEP 65), as the `Frontend` does after the handover."""
+        self._bound.subscriptions += subscription_change(event)
         topic = welcome_topic(event)
         if topic is not None:
             self._publish("iopub_welcome", {"subscription": topic.decode()}, {}, topic=topic or None)

@@ -40,6 +40,7 @@ class Frontend:
         self._context = zmq.Context.instance()
         self._channels: dict[str, Channel] = {}
         self._heartbeat: Heartbeat | None = None
+        self.subscriptions = 0  # live iopub subscriptions: 0 means nobody sees what is published
         # Signatures already taken, oldest first, bounded as jupyter_client bounds its digest history.
         self._seen: dict[bytes, None] = {}
 
@@ -50,6 +51,7 @@ class Frontend:
             sockets, self._heartbeat = early.bind(self.info, self._context)
         else:
             sockets, self._heartbeat = bound.sockets, bound.heartbeat
+            self.subscriptions = bound.subscriptions
             for signature in bound.answered:
                 self._remember(signature)
             # What came before the handover is handled before anything newer in the same socket.
@@ -114,18 +116,20 @@ class Frontend:
             del self._seen[next(iter(self._seen))]
 
     def _subscription(self, frames: list) -> None:
-        """XPUB subscription events: greet each new subscriber (JEP 65 iopub_welcome)."""
+        """XPUB subscription events: count them, and greet each new subscriber (JEP 65 iopub_welcome)."""
         for frame in frames:
+            self.subscriptions += early.subscription_change(frame.bytes)
             topic = early.welcome_topic(frame.bytes)
             if topic is not None:
                 self.send_iopub("iopub_welcome", {"subscription": topic.decode()}, parent=None, topic=topic or None)
 
     # -- outbound ----------------------------------------------------------------------------------
 
-    def reply(self, channel: str, idents: list, msg_type: str, content: dict, parent: dict, metadata: dict | None = None) -> None:
-        """Send the proxy's own reply to the frontend that asked."""
+    def reply(self, channel: str, idents: list, msg_type: str, content: dict, parent: dict,
+              metadata: dict | None = None) -> bool:
+        """Send the proxy's own reply to the frontend that asked; False when that frontend is gone."""
         msg = self.session.msg(msg_type, content, parent=parent, metadata=metadata)
-        self._channels[channel].send(idents + self.session.serialize(msg), copy=True)
+        return self._channels[channel].send(idents + self.session.serialize(msg), copy=True)
 
     def send_iopub(self, msg_type: str, content: dict, parent: dict | None, topic: bytes | None = None) -> None:
         msg = self.session.msg(msg_type, content, parent=parent or {})
@@ -136,6 +140,6 @@ class Frontend:
         self.send_iopub("status", {"execution_state": state}, parent)
 
     def forward(self, channel: str, idents: list, frames: list) -> bool:
-        """Frames already signed with the frontend's key: sent as they are. False when dropped,
-        or, on stdin, when no frontend of that identity is connected (see `stdin`)."""
+        """Frames already signed with the frontend's key: sent as they are. False when dropped, or,
+        on shell and stdin, when no frontend of that identity is connected (see `stdin`)."""
         return self._channels[channel].send(idents + frames)

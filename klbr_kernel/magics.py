@@ -8,9 +8,10 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-COMMANDS = ("status", "restart", "placement", "timeout", "history")
+COMMANDS = ("status", "restart", "placement", "timeout", "history", "replay")
 _LINE = re.compile(r"^%klbr(?:\s+(?P<rest>.*))?$")
 _CELL = re.compile(r"^%%klbr\s+timeout\s*=\s*(?P<seconds>\S+)\s*$")
+_IN = re.compile(r"^In\[(?P<count>\d+)\]$")
 
 
 class MagicError(ValueError):
@@ -21,6 +22,32 @@ class MagicError(ValueError):
 class Magic:
     command: str
     args: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ReplaySpec:
+    """`%klbr replay [CELL] [--follow]`: a store cell id, or `In[n]` of this session, or neither."""
+
+    cell_id: int | None = None
+    count: int | None = None
+    follow: bool = False
+
+
+def replay_spec(args: tuple[str, ...]) -> ReplaySpec:
+    """Raises `MagicError` for anything but a cell id, `In[n]`, and `--follow`."""
+    follow = "--follow" in args
+    rest = [a for a in args if a != "--follow"]
+    usage = "usage: %klbr replay [CELL | In[N]] [--follow]   (CELL: a cell id of `%klbr history`)"
+    if len(rest) > 1 or len(args) - len(rest) > 1:
+        raise MagicError(usage)
+    if not rest:
+        return ReplaySpec(follow=follow)
+    if rest[0].isdigit():
+        return ReplaySpec(cell_id=int(rest[0]), follow=follow)
+    match = _IN.match(rest[0])
+    if match is None:
+        raise MagicError(usage)
+    return ReplaySpec(count=int(match.group("count")), follow=follow)
 
 
 def line_magics(code: str) -> list[Magic] | None:
@@ -50,6 +77,8 @@ def line_magics(code: str) -> list[Magic] | None:
             raise MagicError("usage: %klbr placement [SPEC]")
         elif command == "history" and (len(args) > 1 or (args and not args[0].isdigit())):
             raise MagicError("usage: %klbr history [N]")
+        elif command == "replay":
+            replay_spec(args)
         magics.append(Magic(command, args))
     return magics
 

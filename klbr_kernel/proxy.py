@@ -36,6 +36,7 @@ from .endings import Endings
 from .frontend import Frontend
 from .outcomes import internal_error, session_paused_error
 from .queue import ShellQueue
+from .replay import Replay
 from .replies import Replies
 from .requests import Phase, Request
 from .stdin import StdinRelay
@@ -60,6 +61,7 @@ class Proxy:
         self.dispatch = Dispatch(self)
         self.delivery = Delivery(self)
         self.endings = Endings(self)
+        self.replay = Replay(self)
         self.generation: Generation | None = None
         # Requests with the current generation and not yet finished (reply and idle), by msg_id.
         self.waiting: dict[str, Request] = {}
@@ -122,6 +124,7 @@ class Proxy:
         in_flight = req is self.queue.inflight
         self.forget(req)
         req.phase = Phase.DONE  # the boundary ends a request from whatever phase it was in
+        req.end_followers()
         if req.msg_type == "execute_request":
             self.supervisor.cells.finished(req.msg_id)  # its deadline is not the next cell's
         error = internal_error(req.msg_type, exc)

@@ -37,10 +37,11 @@ class Replies:
         self.frontend.status("idle", req.header)
 
     def reply(self, req: Request, content: dict) -> None:
-        """Send the proxy's own reply to the frontend that asked."""
+        """Send the proxy's own reply to the frontend that asked (`orphaned` if it is gone)."""
         req.reply_content = content
         self.replied(req)
-        self._send(req, content)
+        if not self._send(req, content):
+            req.orphaned = True
 
     def own(self, req: Request, content: dict | None) -> None:
         """The whole bracket at once: busy (unless already sent), the reply if there is one, idle."""
@@ -91,7 +92,7 @@ class Replies:
             original.duplicates.append(req)
         return True
 
-    def _send(self, req: Request, content: dict) -> None:
+    def _send(self, req: Request, content: dict) -> bool:
         reply_type = req.msg_type.rsplit("_", 1)[0] + "_reply"
         metadata = {
             "started": datetime.now(timezone.utc).isoformat(),
@@ -99,4 +100,4 @@ class Replies:
             "engine": self.session.session,
             "status": content.get("status"),
         }
-        self.frontend.reply(req.channel, req.idents, reply_type, content, req.header, metadata)
+        return self.frontend.reply(req.channel, req.idents, reply_type, content, req.header, metadata)

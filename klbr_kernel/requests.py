@@ -86,11 +86,22 @@ class Request:
     committed_outputs: int | None = None  # outputs the last outcome commit included
     own_outputs: list = field(default_factory=list)  # outputs the proxy gave a cell it answered itself
     duplicates: list = field(default_factory=list)  # resent copies waiting for its reply
+    followers: list = field(default_factory=list)  # `%klbr replay --follow` cells relaying its outputs
+    unseen: int = 0  # its outputs published while no frontend was subscribed to iopub
+    orphaned: bool = False  # its reply found the frontend that sent it gone
 
     def move(self, to: Phase) -> None:
         if to not in TRANSITIONS[self.phase]:
             raise IllegalMove(f"{self.msg_type} {self.msg_id}: {self.phase.value} -> {to.value}")
         self.phase = to
+        if to is Phase.DONE:
+            self.end_followers()
+
+    def end_followers(self) -> None:
+        """It is answered: the replays following it end with it."""
+        followers, self.followers = self.followers, []
+        for follower in followers:
+            follower.end()
 
     @property
     def msg_type(self) -> str:

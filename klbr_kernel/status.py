@@ -18,13 +18,15 @@ def _duration(seconds: float | None) -> str:
 
 
 def history_text(supervisor: Supervisor, cell_log: CellLog, n: int) -> str:
+    """`%klbr history [N]`: the notebook's last cells, with the ids `%klbr replay` takes."""
     if not cell_log.recording:
         return "The cell log is not available in this session.\n"
-    entries = cell_log.history({"hist_access_type": "tail", "n": n}, supervisor.notebook)
     lines = []
-    for session, count, code in entries:
-        first, *rest = code.splitlines() or [""]
-        lines.append(f"[{session}:{count}] {first}" + (f"   (+{len(rest)} lines)" if rest else ""))
+    for row in cell_log.recent_cells(n, supervisor.notebook):
+        first, *rest = row["code"].splitlines() or [""]
+        outputs = f"{row['outputs']} output{'s' if row['outputs'] != 1 else ''}"
+        lines.append(f"[{row['session_id']}:{row['execution_count']}]  cell {row['id']}  {row['status']}  {outputs}  "
+                     f"{first}" + (f"   (+{len(rest)} lines)" if rest else ""))
     return "\n".join(lines) + "\n" if lines else "No cells recorded yet.\n"
 
 

@@ -9,6 +9,8 @@ import sys
 import time
 import urllib.request
 
+from pathlib import Path
+
 import nbformat
 import pytest
 
@@ -27,6 +29,10 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+# Screenshots a person can look at after the run (gitignored).
+ARTIFACTS = Path(__file__).parent.parent / "build" / "test-artifacts"
+
+
 @pytest.fixture
 def jupyterlab(tmp_path):
     if not os.path.exists(CHROMIUM):
@@ -35,10 +41,15 @@ def jupyterlab(tmp_path):
     nb.metadata["kernelspec"] = {"name": "klbr", "display_name": "Python 3 (klbr)", "language": "python"}
     nbformat.write(nb, tmp_path / "smoke.ipynb")
     port, token = _free_port(), "klbr-smoke-token"
-    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path / "config"), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime")}
+    config = tmp_path / "config"  # the server's, and so its kernels' (jupyter_klbr_config.py)
+    config.mkdir()
+    (config / "jupyter_klbr_config.py").write_text("c.Store.max_output_bytes = 32 * 2**20\n")
+    env = {**os.environ, "JUPYTER_CONFIG_DIR": str(config), "JUPYTER_RUNTIME_DIR": str(tmp_path / "runtime"),
+           "KLBR_DB": str(tmp_path / "log.sqlite3")}
     server = subprocess.Popen(
         [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={port}", "--ip=127.0.0.1",
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
+         "--ServerApp.iopub_data_rate_limit=1e10",  # the 10 MiB test prints past the default 1 MB/s
          "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
         env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"),
     )
@@ -82,5 +93,88 @@ def test_shift_enter_in_jupyterlab_runs_on_klbr(jupyterlab):
             output = page.locator(".jp-OutputArea-output").first
             expect(output).to_contain_text("answer from klbr: 42", timeout=30_000)
             page.screenshot(path=str(root / "jupyterlab.png"))
+        finally:
+            browser.close()
+
+
+def _open(browser, base, token):
+    page = browser.new_page(viewport={"width": 1400, "height": 900})
+    page.on("dialog", lambda dialog: dialog.accept())  # "leave the page?" on reload
+    page.goto(f"{base}/lab/tree/smoke.ipynb?token={token}", timeout=60_000)
+    _idle(page)
+    return page
+
+
+def _idle(page) -> None:
+    from playwright.sync_api import expect
+
+    expect(page.locator(".jp-Toolbar-kernelName").first).to_contain_text("klbr", timeout=60_000)
+    expect(page.locator("[data-status='idle']").first).to_be_attached(timeout=60_000)
+
+
+def _run_in_last_cell(page, code: str) -> None:
+    """Type one line of code into the last cell and run it (one line: the editor indents what follows
+    a colon by itself)."""
+    editor = page.locator(".jp-Cell .cm-content").last
+    editor.click()
+    editor.type(code)
+    page.keyboard.press("Shift+Enter")
+
+
+def _replay_cell(page):
+    return page.locator(".jp-Cell").filter(has_text="klbr replay: cell").last
+
+
+def test_reload_mid_cell_then_replay_brings_every_line_back(jupyterlab):
+    """Lab's story of jupyterlab#2833: a tab reloaded while a cell prints loses what it printed. In
+    klbr, `%klbr replay` in the new page shows every line, in order, once, after a notice saying so."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base, token, root = jupyterlab
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = _open(browser, base, token)
+            _run_in_last_cell(page, "import time; _ = [print(f'line {i}', flush=True) or time.sleep(0.2) for i in range(30)]")
+            expect(page.locator(".jp-OutputArea-output").first).to_contain_text("line 4", timeout=30_000)
+            page.reload()  # a new page: a new websocket, a new session
+            _idle(page)  # the cell has ended: the kernel is idle again
+            _run_in_last_cell(page, "%klbr replay")
+            expect(_replay_cell(page)).to_contain_text("line 29", timeout=30_000)
+            text = _replay_cell(page).inner_text()
+            assert [line for line in text.splitlines() if line.startswith("line ")] == [f"line {i}" for i in range(30)]
+            assert "reached no notebook" in text.split("klbr replay: cell")[0]  # the notice came first
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "replay-after-reload.png"), full_page=True)
+        finally:
+            browser.close()
+
+
+def test_a_ten_mib_replay_renders_without_freezing_the_page(jupyterlab):
+    """10 MiB of recorded output come back in messages of at most 1 MiB; the page keeps answering."""
+    from playwright.sync_api import expect, sync_playwright
+
+    base, token, root = jupyterlab
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
+        try:
+            page = _open(browser, base, token)
+            _run_in_last_cell(page, "import sys; _ = [sys.stdout.write(('%04d' % i) * 16384) or sys.stdout.flush() "
+                                    "for i in range(160)]; print(' the end')")
+            expect(page.locator(".jp-OutputArea-output").first).to_contain_text("the end", timeout=120_000)
+            page.reload()  # the outputs are gone from the page, not from the log
+            _idle(page)
+            started = time.monotonic()
+            _run_in_last_cell(page, "%klbr replay")
+            expect(_replay_cell(page)).to_contain_text("the end", timeout=120_000)
+            rendered = time.monotonic() - started
+            before = time.monotonic()
+            page.evaluate("() => new Promise(resolve => requestAnimationFrame(() => resolve(1)))")
+            frame = time.monotonic() - before
+            assert frame < 5, f"the page took {frame:.1f} s to draw its next frame after the replay"
+            assert "01590159" in _replay_cell(page).inner_text()  # the last of the 10 MiB
+            ARTIFACTS.mkdir(parents=True, exist_ok=True)
+            page.screenshot(path=str(ARTIFACTS / "replay-of-10-mib.png"))
+            print(f"10 MiB replay rendered in {rendered:.1f} s; next frame after {frame * 1000:.0f} ms")
         finally:
             browser.close()

@@ -179,10 +179,12 @@ def _to_output(msg_type: str, content: dict) -> dict:
     return out
 
 
-def _cell_outputs(rows) -> list:
-    """Replay a cell's recorded iopub outputs as a notebook would show them."""
+def rendered_outputs(rows) -> list:
+    """A cell's recorded iopub outputs, `(msg_type, content JSON)` in order, as a notebook shows them
+    at the end: clears and display updates applied, adjacent writes to one stream joined."""
     outputs: list = []
     by_display: dict[str, list] = {}
+    parts: dict[int, list[str]] = {}  # a stream output's texts, joined once at the end (not += each)
     clear_pending = False
     for msg_type, text in rows:
         content = json.loads(text)
@@ -202,12 +204,15 @@ def _cell_outputs(rows) -> list:
         out = _to_output(msg_type, content)
         if out["output_type"] == "stream" and outputs and outputs[-1]["output_type"] == "stream" \
                 and outputs[-1]["name"] == out["name"]:
-            outputs[-1]["text"] += out["text"]
+            parts.setdefault(id(outputs[-1]), [outputs[-1]["text"]]).append(out["text"])
             continue
         display_id = content.get("transient", {}).get("display_id")
         if display_id:
             by_display.setdefault(display_id, []).append(out)
         outputs.append(out)
+    for out in outputs:
+        if id(out) in parts:
+            out["text"] = "".join(parts[id(out)])
     return outputs
 
 
@@ -237,7 +242,7 @@ def export_notebook(conn: sqlite3.Connection, session_id: int) -> dict:
             meta["outputs_truncated"] = True
         nb["cells"].append({"cell_type": "code", "id": f"klbr-{row['id']}", "source": row["code"],
                             "metadata": {"klbr": meta}, "execution_count": row["execution_count"],
-                            "outputs": _cell_outputs(outputs.get(row["id"], []))})
+                            "outputs": rendered_outputs(outputs.get(row["id"], []))})
     return nb
 
 
@@ -246,3 +251,46 @@ def write_notebook(nb: dict, path: str) -> None:
     with open(path, "w", encoding="utf-8") as f:
         json.dump(nb, f, indent=1, sort_keys=True, ensure_ascii=False)
         f.write("\n")
+
+
+# -- replay (%klbr replay, %klbr history) -----------------------------------------------------------
+
+_OUTPUT_COUNT = "(SELECT count(*) FROM outputs o WHERE o.cell_id = c.id)"
+
+
+def recent_cells(conn: sqlite3.Connection, session_ids: list[int], n: int) -> list[sqlite3.Row]:
+    """The last `n` cells of these sessions, oldest first, with their store ids and output counts."""
+    marks = ",".join("?" * len(session_ids))
+    rows = conn.execute(
+        f"SELECT c.id, c.session_id, c.execution_count, c.code, c.status, {_OUTPUT_COUNT} AS outputs FROM cells c"
+        f" WHERE c.session_id IN ({marks}) AND c.execution_count IS NOT NULL ORDER BY c.id DESC LIMIT ?",
+        (*session_ids, n)).fetchall()
+    return rows[::-1]
+
+
+def replay_cell(conn: sqlite3.Connection, session_id: int, notebook: str | None, *, cell_id: int | None = None,
+                count: int | None = None) -> sqlite3.Row | None:
+    """The cell `%klbr replay` shows: the store's cell `cell_id`, else `In[count]` of this session,
+    else the most recent cell of this notebook (across its sessions) that a worker ran and that has
+    outputs."""
+    if cell_id is not None:
+        return conn.execute("SELECT * FROM cells WHERE id = ?", (cell_id,)).fetchone()
+    if count is not None:
+        return conn.execute("SELECT * FROM cells WHERE session_id = ? AND execution_count = ? ORDER BY id DESC"
+                            " LIMIT 1", (session_id, count)).fetchone()
+    session_ids = history_sessions(conn, session_id, notebook)
+    marks = ",".join("?" * len(session_ids))
+    return conn.execute(
+        f"SELECT * FROM cells c WHERE c.session_id IN ({marks}) AND c.generation IS NOT NULL"
+        " AND EXISTS (SELECT 1 FROM outputs o WHERE o.cell_id = c.id) ORDER BY c.id DESC LIMIT 1",
+        session_ids).fetchone()
+
+
+def replay_outputs(conn: sqlite3.Connection, cell_id: int, before_seq: int | None = None) -> list[tuple[str, str]]:
+    """A cell's recorded outputs, `(msg_type, content JSON)` in order (those before `before_seq`)."""
+    query = "SELECT msg_type, content FROM outputs WHERE cell_id = ?"
+    args: list = [cell_id]
+    if before_seq is not None:
+        query += " AND seq < ?"
+        args.append(before_seq)
+    return conn.execute(query + " ORDER BY seq", args).fetchall()

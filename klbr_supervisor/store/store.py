@@ -164,24 +164,21 @@ class Store(LoggingConfigurable):
         return self._writer is not None
 
     def reader(self) -> sqlite3.Connection:
-        """A read connection for the loop thread (history replies); WAL lets it read while the writer writes."""
+        """A read connection for the loop thread (history, replay, resent executes; see `queries`): WAL
+        lets it read while the writer writes."""
         if self._reader is None:
             from .queries import connect
 
             self._reader = connect(self.path)
         return self._reader
 
-    def recorded_reply(self, client_session: str, msg_id: str) -> dict | None:
-        """The reply this session gave an execute with this client session and msg_id, if it has one."""
-        from .queries import recorded_reply
-
-        return recorded_reply(self.reader(), self.session_id, client_session, msg_id)
-
-    def history(self, content: dict, notebook: str | None) -> list[tuple]:
-        """Answer a history_request's content from the log (see `queries.history`)."""
-        from .queries import history
-
-        return history(self.reader(), content, self.session_id, notebook)
+    def settled(self, done: Done) -> bool:
+        """True when every write submitted so far is committed; else `done` runs later on the loop,
+        once they are (or have failed)."""
+        if self._writer is None or self._writer.closed or self._writer.idle:
+            return True
+        self._submit(lambda c: None, done, resuming=True)  # queued behind all of them
+        return False
 
     def close(self) -> None:
         """Mark the session ended and stop the writer (called once, at shutdown)."""

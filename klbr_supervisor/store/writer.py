@@ -70,6 +70,11 @@ class Writer:
         self._thread = threading.Thread(target=self._run, name="klbr-store", daemon=True)
         self._thread.start()
 
+    @property
+    def idle(self) -> bool:
+        """Nothing submitted is waiting or being written (read on the loop)."""
+        return self._submitted == self._committed
+
     def submit(self, apply: Apply, done: Callable | None) -> None:
         self._submitted += 1
         self._queue.put((apply, done))
