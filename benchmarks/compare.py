@@ -17,8 +17,8 @@ from contextlib import ExitStack
 from datetime import datetime, timezone
 from pathlib import Path
 
-from measures import (eight_at_once, kernel, million_cell_listing, nbclient_100, pid_of_worker, recovery,
-                      replay_10k, rotated, rss_mib, run_cell, startup, store_cost, trivial_cells)
+from measures import (eight_at_once, host_calls, kernel, million_cell_listing, nbclient_100, pid_of_worker,
+                      recovery, replay_10k, rotated, rss_mib, run_cell, startup, store_cost, trivial_cells)
 
 KERNELS = {"klbr": "klbr", "ipykernel": "python3", "ipykernel A/A": "python3-aa"}
 # Not klbr, for reading its trivial-cell ratio: what a proxy process costs at the least (ipykernel
@@ -87,6 +87,8 @@ def main() -> None:
                 if label == "klbr":
                     add(label, "proxy RSS (MiB)", rss_mib(km.provisioner.process.pid))
                     add(label, "replay of a 10 000-output cell → idle (s)", replay_10k(kc))
+                    for measure, value in host_calls(kc).items():
+                        add(label, measure, value)
                 add(label, "worker RSS (MiB)", rss_mib(pid_of_worker(kc)))
                 for measure, value in recovery(label, km, kc).items():
                     add(label, measure, value)

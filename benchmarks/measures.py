@@ -3,6 +3,7 @@ rounds, interleaved, and makes the tables."""
 
 from __future__ import annotations
 
+import json
 import os
 import statistics
 import time
@@ -193,6 +194,48 @@ def recovery(label: str, km, kc) -> dict[str, float]:
         out["restart → first cell (ms)"] = (time.perf_counter() - start) * 1000
         out["loss → next cell done (ms)"] = out["restart → first cell (ms)"]
     return out
+
+
+# Host calls timed inside a cell, each cell within the default budget of 128 calls.
+HOST_CALLS = """
+import json, time
+from klbr_kernel import host
+spent = []
+for _ in range({n}):
+    start = time.perf_counter(); {call}; spent.append(time.perf_counter() - start)
+print(json.dumps(spent))
+"""
+
+
+def _timed_in_cell(kc, call: str, n: int) -> list[float]:
+    msg_id = kc.execute(HOST_CALLS.format(n=n, call=call))
+    text = ""
+    while True:
+        msg = kc.get_iopub_msg(timeout=120)
+        if msg["parent_header"].get("msg_id") != msg_id:
+            continue
+        if msg["msg_type"] == "stream":
+            text += msg["content"]["text"]
+        if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
+            break
+    _reply_to(kc, msg_id)
+    return json.loads(text)
+
+
+def host_calls(kc, cells: int = 3) -> dict[str, float]:
+    """Round trips of host calls made from cells: `inspect()`, and a `put` followed by a `get`."""
+    inspect, kv = [], []
+    for _ in range(cells):
+        inspect += _timed_in_cell(kc, "host.inspect()", 120)
+        kv += _timed_in_cell(kc, "host.put('bench', {'n': 1}); host.get('bench')", 60)
+    inspect.sort()
+    kv.sort()
+
+    def ms(values: list[float], p: float) -> float:
+        return values[int(p * (len(values) - 1))] * 1000
+
+    return {"host.inspect() p50 (ms)": ms(inspect, 0.5), "host.inspect() p99 (ms)": ms(inspect, 0.99),
+            "host.put + host.get p50 (ms)": ms(kv, 0.5), "host.put + host.get p99 (ms)": ms(kv, 0.99)}
 
 
 def replay_10k(kc) -> float:

@@ -52,7 +52,8 @@ class Delivery:
             proxy.answers.notices(req, self.notice)
             self.notice = None
         proxy.supervisor.send_execute(self._as_worker_execute(req), msg_id=req.msg_id, code=req.worker_code,
-                                      counts=req.counts, timeout=req.timeout)
+                                      counts=req.counts, timeout=req.timeout,
+                                      cell_id=req.record.id if req.record is not None else None)
 
     def _as_worker_execute(self, req: Request) -> list:
         """The execute as the worker gets it: stop_on_error off (the proxy applies it), and the

@@ -169,6 +169,13 @@ class Proxy:
     def generation_ended(self, generation: Generation, ending: Ending) -> None:
         self.guard(None, self.endings.ended, generation, ending)
 
+    def host_note(self, msg_id: str, text: str) -> None:
+        req = self.waiting.get(msg_id)
+        if req is not None:
+            note = {"data": {"text/plain": f"klbr note: {text}", "text/markdown": f"**klbr note:** {text}"},
+                    "metadata": {}, "transient": {}}
+            self.guard(req, self.answers.output, req, "display_data", note)
+
     # -- the queue ---------------------------------------------------------------------------------
 
     def pump(self) -> None:
@@ -198,7 +205,9 @@ class Proxy:
             self.queue.take()
             self.answers.here(req, error=refusal)
             return True
-        if self.generation is None:
+        if self.generation is None or not self.generation.alive:
+            # None yet, or one that is ending (a restart asked for by cell code): the next is told
+            # ready, and `pump` runs again then.
             self.supervisor.ensure_started()
             return False
         self.queue.take()
@@ -218,7 +227,7 @@ class Proxy:
         if error is not None:
             req.record = None
             self.answers.here(req, error=session_paused_error(error))
-        elif self.generation is None:
+        elif self.generation is None or not self.generation.alive:
             req.move(Phase.QUEUED)  # its generation ended meanwhile: it runs on the next one
             self.queue.put_back(req)
             self.supervisor.ensure_started()

@@ -17,6 +17,13 @@ def _duration(seconds: float | None) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
+def _identity(identity: dict | None) -> str:
+    if not identity:
+        return "-"
+    return (f"{identity.get('hostname')}, {identity.get('platform')} {identity.get('arch')}, python "
+            f"{identity.get('version')} at {identity.get('interpreter')}, cwd {identity.get('cwd')}")
+
+
 def history_text(supervisor: Supervisor, cell_log: CellLog, n: int) -> str:
     """`%klbr history [N]`: the notebook's last cells, with the ids `%klbr replay` takes."""
     if not cell_log.recording:
@@ -39,6 +46,7 @@ def status_text(supervisor: Supervisor, cell_log: CellLog) -> str:
         ("state", st["state"]),
         ("uptime", _duration(st["uptime"])),
         ("placement", st["placement"]),
+        ("worker", _identity(st["identity"])),
         ("standby", st["standby"]),
         ("restarts", f"{st['restarts']} of {st['restart_limit']} in the last {st['restart_window']:g} s"),
         ("cell timeout", f"{timeout:g} s" if timeout else "none"),
@@ -67,7 +75,8 @@ async def magic_output(magic: Magic, supervisor: Supervisor, cell_log: CellLog) 
     if magic.command == "history":
         return history_text(supervisor, cell_log, int(magic.args[0]) if magic.args else 10)
     if magic.command == "placement":
-        if not magic.args or magic.args[0] == supervisor.placement:
-            return f"placement: {supervisor.placement}\n"
-        raise MagicError(f"placement {magic.args[0]!r} is not available: this version runs generations locally only")
+        problem = supervisor.placement_problem(magic.args[0]) if magic.args else None
+        if problem is not None:
+            raise MagicError(problem)
+        return f"placement: {supervisor.placement}\n"
     raise MagicError(f"unknown %klbr command {magic.command!r}")

@@ -13,7 +13,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+import platform
 import shutil
+import socket
 import signal
 import tempfile
 import time
@@ -25,6 +27,7 @@ from jupyter_client.session import Session
 
 from .connection import CHANNELS, WorkerChannels
 from .exits import describe_exit
+from .host.channel import Credentials
 from .launch import OWN_INTERPRETER, PRELAUNCHED, StderrTail, WorkerManager, WorkerSpecs, popen_options, worker_manager
 from .reaper import Reaper
 from .states import TRANSITIONS, Ending, EndReason, GenerationState
@@ -57,8 +60,11 @@ class Generation:
         on_message: MessageHandler,
         on_end: EndHandler,
         log: logging.Logger,
+        host: Credentials,
     ):
         self.number = number
+        self.host = host  # its worker's way back to the supervisor (`klbr_supervisor.host`)
+        self._identity: dict | None = None
         self.kernel_name = kernel_name or OWN_INTERPRETER
         self.placement = placement
         self.state = GenerationState.STARTING
@@ -115,7 +121,8 @@ class Generation:
             # Same key and session id as the proxy: its messages go to the frontend untouched.
             extra = [f"--Session.session={self._session.session}", *self._worker_args]
         try:
-            await self._km.start_kernel(extra_arguments=extra, **popen_options())
+            env = {**os.environ, **self.host.environ()}  # never argv: the key is a secret
+            await self._km.start_kernel(extra_arguments=extra, env=env, **popen_options())
         except Exception as e:
             self.log.error("generation %d: could not launch %s: %s", self.number, self.kernel_name, e)
             await self._release_manager()
@@ -212,6 +219,24 @@ class Generation:
             self._set_state(GenerationState.BUSY, "cell running")
         elif not busy and self.state is GenerationState.BUSY:
             self._set_state(GenerationState.READY, "cell done")
+
+    def identity(self) -> dict:
+        """What and where the worker runs (hostname, platform, arch, interpreter and its version,
+        pid, cwd), taken once it serves: `host.inspect`, `%klbr status`, the generations table."""
+        if self._identity is None and self.pid is not None and self.state_was_ready:
+            def link(name: str) -> str | None:
+                try:
+                    return os.readlink(f"/proc/{self.pid}/{name}")
+                except OSError:
+                    return None
+
+            self._identity = {
+                "hostname": socket.gethostname(), "platform": platform.system(), "arch": platform.machine(),
+                "interpreter": link("exe"),
+                "version": self.kernel_info.get("language_info", {}).get("version"),
+                "pid": self.pid, "cwd": link("cwd"),
+            }
+        return dict(self._identity or {"pid": self.pid})
 
     @property
     def alive(self) -> bool:

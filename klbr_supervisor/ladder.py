@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .policy import Policy
@@ -22,16 +23,19 @@ if TYPE_CHECKING:
 
 
 class CellWatch:
-    def __init__(self, policy: Policy, kill_grace: float, log: logging.Logger):
+    def __init__(self, policy: Policy, kill_grace: float, log: logging.Logger,
+                 on_finished: Callable[[RunningCell], None]):
+        """`on_finished(cell)` is called when a cell ends with a reply from its worker."""
         self.policy = policy
         self.kill_grace = kill_grace
         self.log = log
+        self._on_finished = on_finished
         self.tasks: Tasks | None = None  # set by the supervisor once its task group runs
         self.cell: RunningCell | None = None
 
-    def sent(self, msg_id: str, code: str, gen: Generation, timeout: float | None) -> None:
+    def sent(self, msg_id: str, code: str, gen: Generation, timeout: float | None, cell_id: int | None) -> None:
         """An execute went to `gen`: from now until `finished`, a loss of `gen` is this cell's."""
-        cell = RunningCell(msg_id, code, gen, timeout, self._deadline_passed)
+        cell = RunningCell(msg_id, code, gen, timeout, self._deadline_passed, cell_id)
         self.cell = cell
         # Provisional: a worker that hangs at once (holding the GIL) never reports busy, and its
         # deadline must still come. `started` starts the clock again from busy.
@@ -61,6 +65,7 @@ class CellWatch:
         cell.end()
         self.policy.note_outcome(cell.code, lost=False)
         cell.generation.mark_busy(False)
+        self._on_finished(cell)
 
     def timed_out(self, msg_id: str) -> bool:
         cell = self.cell

@@ -26,6 +26,12 @@ _OTHER_WORKER = ("Supervisor.worker_kernel", "Supervisor.placement", "Supervisor
 NO_IPYTHON_HISTORY = ("--HistoryManager.enabled=False",)
 
 
+def host_environ(runtime_dir: str) -> dict[str, str]:
+    """A generation's host channel credentials, as its worker finds them in its environment."""
+    return {"KLBR_HOST_ENDPOINT": f"ipc://{os.path.join(runtime_dir, 'host')}",
+            "KLBR_HOST_TOKEN": os.urandom(16).hex(), "KLBR_HOST_KEY": os.urandom(32).hex()}
+
+
 def worker_command(connection_file: str, *args: str) -> list[str]:
     """The default worker: ipykernel on this interpreter, armed to die with this process (see
     `klbr_supervisor.worker`)."""
@@ -33,11 +39,13 @@ def worker_command(connection_file: str, *args: str) -> list[str]:
 
 
 class Prelaunched:
-    def __init__(self, process: subprocess.Popen, runtime_dir: str, connection_file: str, session_id: str):
+    def __init__(self, process: subprocess.Popen, runtime_dir: str, connection_file: str, session_id: str,
+                 host: dict[str, str]):
         self.process = process
         self.runtime_dir = runtime_dir
         self.connection_file = connection_file
         self.session_id = session_id
+        self.host = host  # its host channel's endpoint, token and key (see `klbr_supervisor.host`)
 
     def discard(self) -> None:
         """Not wanted after all (the configuration asks for another worker): end it, leave nothing."""
@@ -111,9 +119,10 @@ def start(argv: list[str]) -> None:
     with open(os.open(conn, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         json.dump(worker, f)
     session_id = new_id()
+    host = host_environ(runtime)
     process = subprocess.Popen(worker_command(conn, f"--Session.session={session_id}", *NO_IPYTHON_HISTORY),
-                               stderr=subprocess.PIPE, start_new_session=True)
-    _started = Prelaunched(process, runtime, conn, session_id)
+                               stderr=subprocess.PIPE, start_new_session=True, env={**os.environ, **host})
+    _started = Prelaunched(process, runtime, conn, session_id, host)
 
 
 def current() -> Prelaunched | None:

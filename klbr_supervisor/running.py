@@ -24,6 +24,7 @@ class RunningCell:
     generation: Generation
     timeout: float | None  # a `%%klbr timeout=` override
     on_deadline: Callable[[RunningCell], None]
+    cell_id: int | None = None  # its row in the store (what `host.inspect` calls the cell)
     deadline: Deadline | None = None
     started: bool = False  # the worker reported busy for it
     finished: asyncio.Event = field(default_factory=asyncio.Event)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import os
 import shutil
 import tempfile
 from typing import Protocol
@@ -22,6 +23,8 @@ from traitlets.config import LoggingConfigurable
 from . import prelaunch
 from .counts import ExecutionCounts
 from .generation import Generation
+from .host import HostService
+from .host.channel import Credentials
 from .launch import PRELAUNCHED
 from .policy import Policy, Refusal
 from .reaper import Reaper
@@ -46,6 +49,9 @@ class WorkerListener(Protocol):
 
     def generation_ended(self, generation: Generation, ending: Ending) -> None:
         """The current `generation` ended; everything it sent before was delivered first."""
+
+    def host_note(self, msg_id: str, text: str) -> None:
+        """The running cell `msg_id` left a note with `host.notify`: show it in its output."""
 
 
 class Supervisor(LoggingConfigurable):
@@ -107,7 +113,9 @@ class Supervisor(LoggingConfigurable):
         self._numbers = itertools.count(1)
         self.crash_loop: int | None = None  # restarts used when the budget ran out
         self.counts = ExecutionCounts()
-        self.cells = CellWatch(self.policy, self.kill_grace, self.log)
+        self.cells = CellWatch(self.policy, self.kill_grace, self.log, self._cell_finished)
+        self.host = HostService(self, parent=self)
+        self._after: dict[str, tuple[str, str]] = {}  # cell msg_id -> what its end brings (host.restart)
         self._stopping = False
         self._ending = False  # inside listener.generation_ended: the replacement is decided already
         self._stopped = asyncio.Event()
@@ -121,6 +129,7 @@ class Supervisor(LoggingConfigurable):
             worker = None
         self._first_kernel = PRELAUNCHED if worker is not None else self.worker_kernel
         self._runtime_dir = worker.runtime_dir if worker is not None else tempfile.mkdtemp(prefix="klbr-")
+        self._first_host = worker.host if worker is not None else None
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -130,16 +139,19 @@ class Supervisor(LoggingConfigurable):
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tasks = self.cells.tasks = Tasks(tg, self.log)
+                self.host.start(f"ipc://{os.path.join(self._runtime_dir, 'host')}", self._zmq)
                 self._launch(spare=False)  # first: the worker starts while the store opens
                 self.store.open(uuid=self.session.session, **self._labels)
                 await self._stopped.wait()
         finally:
             self._reaper.close()
+            self.host.close()
             self.store.close()
             shutil.rmtree(self._runtime_dir, ignore_errors=True)
 
     def _launch(self, *, spare: bool) -> Generation:
         number = next(self._numbers)
+        host = self._first_host if number == 1 and self._first_host else prelaunch.host_environ(self._runtime_dir)
         gen = Generation(
             number,
             kernel_name=self._first_kernel if number == 1 else self.worker_kernel,
@@ -152,7 +164,9 @@ class Supervisor(LoggingConfigurable):
             on_message=self._message,
             on_end=self._ended,
             log=self.log,
+            host=Credentials.from_environ(host),
         )
+        self.host.admit(gen, gen.host)
         self._live.add(gen)
         if spare:
             self.spare = gen
@@ -230,11 +244,12 @@ class Supervisor(LoggingConfigurable):
         gen = self.current
         return gen is not None and gen.alive and gen.send(channel, frames)
 
-    def send_execute(self, frames: list, *, msg_id: str, code: str, counts: bool, timeout: float | None) -> bool:
+    def send_execute(self, frames: list, *, msg_id: str, code: str, counts: bool, timeout: float | None,
+                     cell_id: int | None = None) -> bool:
         """Send an execute; first tell the worker where the count continues, if it does not know.
 
         `counts` is whether the execute takes an execution count (store_history and not silent);
-        `timeout` a per-cell deadline. The worker runs shell messages in order, so the silent sync
+        `timeout` a per-cell deadline; `cell_id` its row in the store. The worker runs shell messages in order, so the silent sync
         always runs first. From here until `cells.finished`, a loss of the worker is this cell's.
         """
         gen = self.current
@@ -242,7 +257,7 @@ class Supervisor(LoggingConfigurable):
             return False
         if counts and gen.next_count != self.counts.last + 1:
             gen.sync_count(self.counts.last, self.counts.catch_up())
-        self.cells.sent(msg_id, code, gen, timeout)
+        self.cells.sent(msg_id, code, gen, timeout, cell_id)
         return gen.send("shell", frames)
 
     def worker_count(self, count: int) -> None:
@@ -250,6 +265,36 @@ class Supervisor(LoggingConfigurable):
         self.counts.from_worker(count)
         if self.current is not None:
             self.current.next_count = count + 1
+
+    def placement_problem(self, spec) -> str | None:
+        """Why `spec` is no placement a generation can run on, or None (`%klbr placement`, `host.relocate`)."""
+        if spec == self.placement:
+            return None
+        return f"placement {spec!r} is not available: this version runs generations locally only"
+
+    def after_cell(self, msg_id: str, action: str, argument: str) -> None:
+        """When the cell `msg_id` ends with its reply, `action` ("restart", "relocate") follows."""
+        self._after[msg_id] = (action, argument)
+        self.store.event(f"host_{action}", {"generation": self.current.number if self.current else None,
+                                            "requested": argument})
+
+    def _cell_finished(self, cell) -> None:
+        action = self._after.pop(cell.msg_id, None)
+        if action is not None and not self._stopping:
+            kind, argument = action
+            reason = EndReason.RESTART if kind == "restart" else EndReason.RELOCATED
+            self._tasks.start(self._renew(reason, argument), f"host.{kind}")
+
+    async def _renew(self, reason: EndReason, why: str) -> None:
+        """A new generation asked for by cell code (`host.restart`, `host.relocate`)."""
+        gen = self.current
+        if gen is not None and gen.ending is None:
+            self.log.info("generation %d ends at its cell's request (%s: %s)", gen.number, reason.value, why)
+            await gen.stop(reason, self.kill_grace)  # `_ended` hands over to the spare
+
+    def start_task(self, work, what: str, on_error=None) -> None:
+        """Background work of the supervisor's side services (a host command), failure logged."""
+        self._tasks.start(work, what, on_error)
 
     def refusal(self, code: str | None) -> Refusal | None:
         """Why a request must not run now, if it must not: the restart budget is spent (nothing can
@@ -289,6 +334,7 @@ class Supervisor(LoggingConfigurable):
             "restart_window": self.restart_window,
             "cell_timeout": self.policy.timeout_for(),
             "interrupt_grace": self.policy.interrupt_grace,
+            "identity": gen.identity() if gen and gen.alive else None,
         }
 
     # -- from generations --------------------------------------------------------------------------
@@ -299,7 +345,7 @@ class Supervisor(LoggingConfigurable):
 
     def _record_start(self, gen: Generation) -> None:
         info = gen.kernel_info.get("language_info", {})
-        identity = {"pid": gen.pid, "kernel": gen.kernel_name, "language": info.get("name"), "version": info.get("version")}
+        identity = {**gen.identity(), "kernel": gen.kernel_name, "language": info.get("name")}
         self.store.generation_started(gen.number, gen.placement, identity, gen.pid)
 
     def _ended(self, gen: Generation, ending: Ending) -> None:
@@ -308,6 +354,7 @@ class Supervisor(LoggingConfigurable):
         (self.log.info if asked else self.log.warning)(
             "generation %d (pid %s) ended: %s, %s", gen.number, gen.pid, ending.reason.value, ending.how)
         self._live.discard(gen)
+        self.host.retire(gen.host)
         if gen.state_was_ready:
             self.store.generation_ended(gen.number, f"{ending.reason.value}: {ending.how}")
         if gen is self.spare:
@@ -315,6 +362,9 @@ class Supervisor(LoggingConfigurable):
             return
         if gen is not self.current:
             return
+        cell = self.cells.cell
+        if cell is not None and cell.generation is gen:
+            self._after.pop(cell.msg_id, None)  # it ended with its generation: nothing follows
         self.cells.ended(gen, ending.reason)
         self.current = None
         # Decide before telling the proxy, so it can answer what waits (a crash loop, a failed start).

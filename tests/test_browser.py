@@ -81,15 +81,8 @@ def test_shift_enter_in_jupyterlab_runs_on_klbr(jupyterlab):
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
-            page.goto(f"{base}/lab/tree/smoke.ipynb?token={token}", timeout=60_000)
-            # The kernel shows up by name and reaches idle.
-            expect(page.locator(".jp-Toolbar-kernelName").first).to_contain_text("klbr", timeout=60_000)
-            expect(page.locator("[data-status='idle']").first).to_be_attached(timeout=60_000)
-            editor = page.locator(".jp-Cell .cm-content").first
-            editor.click()
-            editor.type("import os\nprint('answer from klbr:', 6 * 7)")
-            page.keyboard.press("Shift+Enter")
+            page = _open(browser, base, token)  # the kernel shows up by name and reaches idle
+            _run_in_last_cell(page, "import os\nprint('answer from klbr:', 6 * 7)")
             output = page.locator(".jp-OutputArea-output").first
             expect(output).to_contain_text("answer from klbr: 42", timeout=30_000)
             page.screenshot(path=str(root / "jupyterlab.png"))
@@ -98,6 +91,7 @@ def test_shift_enter_in_jupyterlab_runs_on_klbr(jupyterlab):
 
 
 def _open(browser, base, token):
+    """The test notebook in JupyterLab, its klbr kernel idle."""
     page = browser.new_page(viewport={"width": 1400, "height": 900})
     page.on("dialog", lambda dialog: dialog.accept())  # "leave the page?" on reload
     page.goto(f"{base}/lab/tree/smoke.ipynb?token={token}", timeout=60_000)

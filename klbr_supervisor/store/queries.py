@@ -294,3 +294,15 @@ def replay_outputs(conn: sqlite3.Connection, cell_id: int, before_seq: int | Non
         query += " AND seq < ?"
         args.append(before_seq)
     return conn.execute(query + " ORDER BY seq", args).fetchall()
+
+
+# -- kv (host.get, host.keys) -----------------------------------------------------------------------
+
+def kv_get(conn: sqlite3.Connection, scope: str, key: str) -> str | None:
+    """The JSON text kept under `key` in `scope`, or None."""
+    row = conn.execute("SELECT value FROM kv WHERE scope = ? AND key = ?", (scope, key)).fetchone()
+    return row[0] if row else None
+
+
+def kv_keys(conn: sqlite3.Connection, scope: str) -> list[str]:
+    return [r[0] for r in conn.execute("SELECT key FROM kv WHERE scope = ? ORDER BY key", (scope,))]

@@ -293,6 +293,18 @@ class Store(LoggingConfigurable):
 
         self._submit(insert)
 
+    def kv_put(self, scope: str, key: str, value: str, done: Done) -> bool:
+        """Keep `value` (JSON text) under `key` in `scope` (a notebook). True: committed now; else
+        `done` runs later on the loop, once it is committed or has failed."""
+        def upsert(c: sqlite3.Connection) -> None:
+            c.execute("INSERT INTO kv (scope, key, value) VALUES (?, ?, ?)"
+                      " ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value", (scope, key, value))
+
+        if self._direct(upsert, done):
+            return True
+        self._submit(upsert, done)
+        return False
+
     def event(self, kind: str, payload: dict) -> None:
         """A durable event: generation starts and ends, interrupts, restarts, placement changes."""
         self._event_seq += 1

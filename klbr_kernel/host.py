@@ -1,0 +1,206 @@
+"""Cell code talks to its supervisor: `from klbr_kernel import host`.
+
+    host.inspect()                       where and what this cell runs on, and its time left
+    host.run(["ls", "-l"], cwd="data")   a command on the supervisor's machine, in its workspace
+    host.put("step", 3); host.get("step"); host.keys()   values that survive crashes and restarts
+    host.notify("done training")         a durable note, shown in the notebook
+    host.restart("leaking memory"); host.relocate("local")   once this cell ends
+
+A refused call raises `HostError`, whose `code` is one of `forbidden`, `invalid`, `budget_exhausted`,
+`stale_generation`, `not_running`, `timeout`, `too_large`.
+
+Standard library and pyzmq only, so that any interpreter a generation runs on can import it. The
+supervisor gives each generation, in its environment (never its argv), the channel's endpoint, a
+token and a key; every request is signed with the key (HMAC-SHA256 over the payload), carries the
+token, a call id and the msg_id of the cell it runs under, and every reply is signed the same way.
+A call that gets no reply in time is sent again with the same call id: the supervisor answers a
+repeated id from its record and carries out each call once. Calls are safe from several threads at
+once (a socket per thread); a thread remembers the cell that started it, so a thread that outlives
+its cell is told `not_running`.
+
+Wire format, both ways: [PROTOCOL, signature, payload]; payload is JSON. A request:
+{"call", "token", "cell", "method", "args"}; a reply: {"call", "ok": true, "result"} or
+{"call", "ok": false, "code", "message"}.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import os
+import sys
+import threading
+import time
+import uuid
+
+import zmq
+
+PROTOCOL = b"klbr-host/1"
+ENDPOINT, TOKEN, KEY = "KLBR_HOST_ENDPOINT", "KLBR_HOST_TOKEN", "KLBR_HOST_KEY"
+CODES = ("forbidden", "invalid", "budget_exhausted", "stale_generation", "not_running", "timeout", "too_large")
+CALL_TIMEOUT = 30.0  # seconds a call waits for its answer (a command: its own timeout, and this)
+MAX_REQUEST = 2**20  # bytes a request may carry
+_RESEND_EVERY = 5.0  # seconds between sends of one call that has no answer yet
+
+
+class HostError(Exception):
+    """A host call the supervisor refused, or that got no answer: `code` says which (see `CODES`)."""
+
+    def __init__(self, code: str, message: str):
+        super().__init__(f"{code}: {message}")
+        self.code = code
+        self.message = message
+
+
+def sign(key: bytes, payload: bytes) -> bytes:
+    return hmac.new(key, payload, hashlib.sha256).hexdigest().encode()
+
+
+# -- which cell is calling --------------------------------------------------------------------------
+
+def _parent_msg_id() -> str | None:
+    """The msg_id of the request ipykernel runs this code for (the running cell, in its own thread)."""
+    header = getattr(sys.stdout, "parent_header", None)  # ipykernel's OutStream knows, per context
+    if isinstance(header, dict):
+        msg_id = header.get("header", header).get("msg_id")
+        return msg_id if isinstance(msg_id, str) and msg_id else None
+    return None
+
+
+_thread_init = threading.Thread.__init__
+
+
+def _remembering_init(self, *args, **kwargs):
+    _thread_init(self, *args, **kwargs)
+    self._klbr_cell = getattr(threading.current_thread(), "_klbr_cell", None) or _parent_msg_id()
+
+
+threading.Thread.__init__ = _remembering_init  # threads started from now on know their cell
+
+
+def _cell() -> str | None:
+    thread = threading.current_thread()
+    if thread is threading.main_thread():
+        return _parent_msg_id()
+    return getattr(thread, "_klbr_cell", None) or _parent_msg_id()
+
+
+# -- the channel ------------------------------------------------------------------------------------
+
+class _Channel:
+    def __init__(self) -> None:
+        endpoint, token, key = (os.environ.get(name) for name in (ENDPOINT, TOKEN, KEY))
+        if not (endpoint and token and key):
+            raise HostError("forbidden", "this interpreter was not started by a klbr supervisor (no host channel)")
+        self.endpoint, self.token, self.key = endpoint, token, key.encode()
+        self._local = threading.local()
+
+    def _socket(self) -> zmq.Socket:
+        sock = getattr(self._local, "socket", None)
+        if sock is None:
+            sock = zmq.Context.instance().socket(zmq.DEALER)
+            sock.linger = 0
+            sock.connect(self.endpoint)
+            self._local.socket = sock
+        return sock
+
+    def call(self, method: str, args: dict, timeout: float) -> object:
+        call_id = uuid.uuid4().hex
+        payload = json.dumps({"call": call_id, "token": self.token, "cell": _cell(), "method": method,
+                              "args": args}).encode()
+        if len(payload) > MAX_REQUEST:
+            raise HostError("too_large", f"a request may carry at most {MAX_REQUEST} bytes ({len(payload)} here)")
+        frames = [PROTOCOL, sign(self.key, payload), payload]
+        sock = self._socket()
+        deadline = time.monotonic() + timeout
+        while True:
+            sock.send_multipart(frames)  # again after a silence: the same call id, done at most once
+            wait = min(_RESEND_EVERY, deadline - time.monotonic())
+            while wait > 0 and sock.poll(int(wait * 1000)):
+                reply = self._reply(sock.recv_multipart(), call_id)
+                if reply is not None:
+                    if reply.get("ok"):
+                        return reply.get("result")
+                    raise HostError(str(reply.get("code")), str(reply.get("message")))
+                wait = min(_RESEND_EVERY, deadline - time.monotonic())
+            if time.monotonic() >= deadline:
+                raise HostError("timeout", f"no answer to {method}() within {timeout:g} s")
+
+    def _reply(self, frames: list[bytes], call_id: str) -> dict | None:
+        """The reply to `call_id`, or None for anything else (a late answer to an earlier send)."""
+        if len(frames) != 3 or frames[0] != PROTOCOL or not hmac.compare_digest(frames[1], sign(self.key, frames[2])):
+            return None
+        try:
+            reply = json.loads(frames[2])
+        except ValueError:
+            return None
+        return reply if isinstance(reply, dict) and reply.get("call") == call_id else None
+
+
+_channel: _Channel | None = None
+_channel_lock = threading.Lock()
+
+
+def _call(method: str, args: dict | None = None, wait: float = CALL_TIMEOUT) -> object:
+    """Call `method` with `args`; wait at most `wait` seconds for the answer."""
+    global _channel
+    with _channel_lock:
+        if _channel is None:
+            _channel = _Channel()
+    return _channel.call(method, args or {}, wait)
+
+
+# -- the calls --------------------------------------------------------------------------------------
+
+def inspect() -> dict:
+    """`session`, `generation`, `placement`, `identity` (platform, arch, hostname, interpreter and
+    its version, pid, cwd), `cell` (the store's id of this cell) and `time_left` (seconds, or None)."""
+    return _call("inspect")
+
+
+def run(argv: list[str], cwd: str = ".", env: dict[str, str] | None = None, stdin: bytes | str | None = None,
+        timeout: float = 60, max_output: int = 1_000_000) -> dict:
+    """Run `argv` on the supervisor's machine, in `cwd` inside its workspace, in a process group of
+    its own, for at most `timeout` seconds. Returns `exit_code`, `stdout`, `stderr`, `timed_out`,
+    `stdout_truncated`, `stderr_truncated` (past `max_output` bytes each) and `duration`."""
+    if isinstance(stdin, bytes):
+        stdin = stdin.decode("utf-8", "surrogateescape")
+    wait = timeout + CALL_TIMEOUT if isinstance(timeout, (int, float)) and timeout > 0 else CALL_TIMEOUT
+    return _call("run", {"argv": argv, "cwd": cwd, "env": env, "stdin": stdin, "timeout": timeout,
+                         "max_output": max_output}, wait)
+
+
+def put(key: str, value) -> None:
+    """Keep `value` (anything JSON can hold) under `key`, for this notebook, in the cell log."""
+    try:
+        text = json.dumps(value)
+    except (TypeError, ValueError) as e:
+        raise HostError("invalid", f"the value is not JSON: {e}") from None
+    _call("put", {"key": key, "value": text})
+
+
+def get(key: str, default=None):
+    """The value `put` kept under `key` for this notebook, or `default`."""
+    found = _call("get", {"key": key})
+    return json.loads(found) if isinstance(found, str) else default
+
+
+def keys() -> list[str]:
+    """The keys this notebook has values under."""
+    return _call("keys")
+
+
+def notify(text: str) -> None:
+    """A durable note: an event in the cell log, and a display in this cell's output."""
+    _call("notify", {"text": text})
+
+
+def restart(reason: str) -> None:
+    """A fresh generation once this cell ends (the cell itself finishes normally)."""
+    _call("restart", {"reason": reason})
+
+
+def relocate(spec: str) -> None:
+    """A generation on placement `spec` (as `%klbr placement` takes it) once this cell ends."""
+    _call("relocate", {"spec": spec})

@@ -1,0 +1,106 @@
+"""The supervisor's end of the host channel: one ROUTER socket, a token and a key per generation.
+
+Each generation's worker gets, in its environment, the endpoint, its own token and its own key
+(`credentials`). A request is [PROTOCOL, signature, payload] (see `klbr_kernel.host`, whose wire
+format this speaks: the client imports only the standard library and pyzmq, so it cannot import
+these constants). What fails the frame, size or signature checks is dropped and counted, never
+answered: an unsigned answer would teach a forger nothing, and a signed one needs the key.
+A token of an ended generation keeps its key, so its late callers are told `stale_generation`.
+
+One socket for every generation (on an ipc path in the kernel's 0700 runtime directory), so a
+placement on another host forwards one path; a token and a key per generation keep generations apart.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import zmq
+
+from ..sockets import Channel
+
+PROTOCOL = b"klbr-host/1"
+MAX_REQUEST = 2**20  # bytes of payload a request may have (the client says `too_large` past it)
+_RETIRED = 64  # ended generations whose tokens are still recognised (and told `stale_generation`)
+
+
+@dataclass(frozen=True)
+class Credentials:
+    """What a generation's worker gets in its environment to call its supervisor."""
+
+    endpoint: str
+    token: str
+    key: str
+
+    @classmethod
+    def from_environ(cls, environ: dict[str, str]) -> Credentials:
+        return cls(environ["KLBR_HOST_ENDPOINT"], environ["KLBR_HOST_TOKEN"], environ["KLBR_HOST_KEY"])
+
+    def environ(self) -> dict[str, str]:
+        return {"KLBR_HOST_ENDPOINT": self.endpoint, "KLBR_HOST_TOKEN": self.token, "KLBR_HOST_KEY": self.key}
+
+
+def sign(key: bytes, payload: bytes) -> bytes:
+    return hmac.new(key, payload, hashlib.sha256).hexdigest().encode()
+
+
+class HostChannel:
+    """Created by the `HostService` on the loop; `handle(token, request, answer)` gets each request
+    whose token is known and whose signature holds; `answer(reply)` signs and sends the reply."""
+
+    def __init__(self, endpoint: str, context: zmq.Context, handle: Callable, log: logging.Logger):
+        self.endpoint = endpoint
+        self._keys: dict[str, bytes] = {}  # token -> key, of live and recently ended generations
+        self._retired: list[str] = []
+        self._handle = handle
+        self._log = log
+        self.dropped = 0
+        sock = context.socket(zmq.ROUTER)
+        sock.linger = 0
+        sock.router_mandatory = 1  # a caller gone is a reply dropped, and said so
+        sock.bind(endpoint)
+        self._channel = Channel("host", sock, self._received)
+
+    def admit(self, credentials: Credentials) -> None:
+        self._keys[credentials.token] = credentials.key.encode()
+
+    def retire(self, token: str) -> None:
+        """Its generation ended: calls with its token are answered `stale_generation` for a while."""
+        self._retired.append(token)
+        while len(self._retired) > _RETIRED:
+            self._keys.pop(self._retired.pop(0), None)
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def _received(self, frames: list) -> None:
+        if len(frames) != 4 or frames[1].bytes != PROTOCOL:
+            return self._drop("not a host request")
+        identity, signature, payload = frames[0].bytes, frames[2].bytes, frames[3].bytes
+        if len(payload) > MAX_REQUEST:  # the client refuses to send one (too_large): this is no client
+            return self._drop(f"payload over {MAX_REQUEST} bytes")
+        try:
+            request = json.loads(payload)
+        except ValueError:
+            return self._drop("payload is not JSON")
+        if not isinstance(request, dict) or not isinstance(request.get("token"), str):
+            return self._drop("payload is not a request")
+        key = self._keys.get(request["token"])
+        if key is None or not hmac.compare_digest(signature, sign(key, payload)):
+            return self._drop("unknown token or bad signature")
+        self._handle(request["token"], request, lambda reply: self._send(identity, key, reply))
+
+    def _send(self, identity: bytes, key: bytes, reply: dict) -> None:
+        payload = json.dumps(reply).encode()
+        if not self._channel.send([identity, PROTOCOL, sign(key, payload), payload], copy=True):
+            self._log.info("host: the caller of %s is gone; its answer is dropped", reply.get("call"))
+
+    def _drop(self, why: str) -> None:
+        self.dropped += 1
+        if self.dropped & (self.dropped - 1) == 0:  # the 1st, 2nd, 4th, 8th...: rate-limited
+            self._log.warning("host channel: dropped a request (%s); %d dropped so far", why, self.dropped)

@@ -1,0 +1,246 @@
+"""What cell code may ask its supervisor: the host service behind `klbr_kernel.host`.
+
+Owned by the `Supervisor`, which tells it when generations start and end. A request is checked in
+this order, each failure answered with its code: a known call id is answered from the record (a
+client sending again after a silence: the effect happens once); an ended generation's token gets
+`stale_generation`; a cell that is not the one running (a thread that outlived its cell) gets
+`not_running`; the cell's budget (`max_requests_per_cell`) spent gets `budget_exhausted`; then the
+call's own checks (`invalid`, `forbidden`, `too_large`). It can be driven from a test with no proxy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import OrderedDict
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from traitlets import Int, Unicode
+from traitlets.config import LoggingConfigurable
+
+from ..store import queries
+from . import commands
+from .channel import Credentials, HostChannel
+
+if TYPE_CHECKING:
+    from ..generation import Generation
+    from ..supervisor import Supervisor
+
+MAX_KEY = 256  # characters of a kv key
+MAX_VALUE = 2**20  # bytes of a kv value's JSON
+MAX_NOTE = 65536  # characters of a note
+_REMEMBERED = 4096  # answered call ids kept, for calls sent again
+
+
+class HostService(LoggingConfigurable):
+    workspace = Unicode(
+        "", config=True,
+        help="Directory `host.run` commands run in, or below (default: the notebook's directory, else the kernel's).",
+    )
+    max_requests_per_cell = Int(128, config=True, help="Host calls one cell may make (then `budget_exhausted`).")
+
+    def __init__(self, supervisor: Supervisor, **kwargs):
+        super().__init__(**kwargs)
+        self.supervisor = supervisor
+        self.channel: HostChannel | None = None
+        self._generations: dict[str, Generation] = {}  # token -> live generation
+        self._answers: OrderedDict[str, dict] = OrderedDict()  # call id -> its reply
+        self._pending: dict[str, list[Callable]] = {}  # call id -> answers waiting for it (a command runs)
+        self._budget_cell: str | None = None
+        self._budget_used = 0
+
+    def start(self, endpoint: str, context) -> None:
+        """Bind the channel (on the loop, once the supervisor runs)."""
+        self.channel = HostChannel(endpoint, context, self._handle, self.log)
+
+    def close(self) -> None:
+        if self.channel is not None:
+            self.channel.close()
+
+    def admit(self, generation: Generation, credentials: Credentials) -> None:
+        """`generation` is starting with `credentials` in its worker's environment."""
+        self._generations[credentials.token] = generation
+        if self.channel is not None:
+            self.channel.admit(credentials)
+
+    def retire(self, credentials: Credentials) -> None:
+        """Its generation ended: its late calls are told `stale_generation`."""
+        self._generations.pop(credentials.token, None)
+        if self.channel is not None:
+            self.channel.retire(credentials.token)
+
+    @property
+    def root(self) -> Path:
+        """The workspace: configured, else the notebook's directory, else the kernel's working directory."""
+        if self.workspace:
+            return Path(self.workspace)
+        notebook = self.supervisor.notebook
+        if notebook and os.path.isabs(notebook) and os.path.isdir(os.path.dirname(notebook)):
+            return Path(os.path.dirname(notebook))
+        return Path.cwd()
+
+    # -- a request ---------------------------------------------------------------------------------
+
+    def _handle(self, token: str, request: dict, answer: Callable[[dict], None]) -> None:
+        call = request.get("call")
+        if not isinstance(call, str) or not call:
+            return answer(_refused(None, "invalid", "a request needs a call id"))
+        if call in self._answers:
+            return answer(self._answers[call])
+        if call in self._pending:
+            self._pending[call].append(answer)
+            return
+        reply = self._refusal(token, request)
+        if reply is None:
+            method = getattr(self, f"_call_{request.get('method')}", None)
+            args = request.get("args")
+            if method is None or not isinstance(args, dict):
+                reply = _refused(call, "invalid", f"no host call {request.get('method')!r} with those arguments")
+            else:
+                self._pending[call] = [answer]
+                try:
+                    method(call, args, lambda result, c=call: self._done(c, {"call": c, "ok": True, "result": result}))
+                except commands.Refused as e:
+                    self._done(call, _refused(call, e.code, str(e)))
+                except Exception as e:  # a bug in klbr: the call is still answered, the kernel serves on
+                    self.log.exception("host call %s failed", request.get("method"))
+                    self._done(call, _refused(call, "invalid", f"klbr failed on this call: {type(e).__name__}: {e}"))
+                return
+        self._record(call, reply)
+        answer(reply)
+
+    def _refusal(self, token: str, request: dict) -> dict | None:
+        call = request["call"]
+        generation = self._generations.get(token)
+        if generation is None:
+            return _refused(call, "stale_generation", "this call comes from a generation that has ended")
+        cell = self.supervisor.cells.cell
+        if cell is None or cell.generation is not generation or request.get("cell") != cell.msg_id:
+            return _refused(call, "not_running", "the cell this call was made for is not the one running "
+                                                 "(a thread that outlived its cell?)")
+        if self._budget_cell != cell.msg_id:
+            self._budget_cell, self._budget_used = cell.msg_id, 0
+        self._budget_used += 1
+        if self._budget_used > self.max_requests_per_cell:
+            return _refused(call, "budget_exhausted", f"a cell may make {self.max_requests_per_cell} host calls "
+                                                      "(HostService.max_requests_per_cell); the next cell has a new budget")
+        return None
+
+    def _done(self, call: str, reply: dict) -> None:
+        self._record(call, reply)
+        for answer in self._pending.pop(call, []):
+            answer(reply)
+
+    def _record(self, call: str | None, reply: dict) -> None:
+        if call is None:
+            return
+        self._answers[call] = reply
+        while len(self._answers) > _REMEMBERED:
+            self._answers.popitem(last=False)
+
+    # -- the calls: each gets (call id, args, done(result)); a refusal raises commands.Refused -------
+
+    def _call_inspect(self, call: str, args: dict, done: Callable) -> None:
+        supervisor = self.supervisor
+        cell = supervisor.cells.cell
+        generation = cell.generation
+        deadline = cell.deadline
+        done({
+            "session": supervisor.store.session_id,
+            "kernel_session": supervisor.session.session,
+            "generation": generation.number,
+            "placement": generation.placement,
+            "identity": generation.identity(),
+            "cell": cell.cell_id,
+            "time_left": max(0.0, deadline.remaining()) if deadline is not None else None,
+        })
+
+    def _call_run(self, call: str, args: dict, done: Callable) -> None:
+        cell = self.supervisor.cells.cell
+        time_left = cell.deadline.remaining() if cell.deadline is not None else None
+        command = commands.check(args, self.root, time_left)
+
+        async def run() -> None:
+            try:
+                done(await commands.run(command, self.supervisor.kill_grace))
+            except commands.Refused as e:
+                self._done(call, _refused(call, e.code, str(e)))
+
+        self.supervisor.start_task(run(), "a host command",
+                                   lambda e: self._done(call, _refused(call, "invalid", f"the command failed: {e}")))
+
+    def _scope(self) -> str:
+        return self.supervisor.notebook or f"session:{self.supervisor.store.session_id}"
+
+    def _call_put(self, call: str, args: dict, done: Callable) -> None:
+        key, value = _key(args), args.get("value")
+        if not isinstance(value, str):
+            raise commands.Refused("invalid", "the value must be JSON")
+        if len(value.encode()) > MAX_VALUE:
+            raise commands.Refused("too_large", f"a value may take at most {MAX_VALUE} bytes of JSON")
+        try:
+            json.loads(value)
+        except ValueError:
+            raise commands.Refused("invalid", "the value is not JSON") from None
+        store = self.supervisor.store
+        if not store.recording:
+            raise commands.Refused("forbidden", "the cell log is not available: values cannot be kept")
+
+        def written(error) -> None:
+            if error is None:
+                done(None)
+            else:
+                self._done(call, _refused(call, "forbidden", f"the cell log cannot be written: {error}"))
+
+        if store.kv_put(self._scope(), key, value, written):
+            done(None)
+
+    def _call_get(self, call: str, args: dict, done: Callable) -> None:
+        key, store = _key(args), self._readable()
+        done(queries.kv_get(store.reader(), self._scope(), key))
+
+    def _call_keys(self, call: str, args: dict, done: Callable) -> None:
+        done(queries.kv_keys(self._readable().reader(), self._scope()))
+
+    def _readable(self):
+        store = self.supervisor.store
+        if not store.recording:
+            raise commands.Refused("forbidden", "the cell log is not available: no values are kept")
+        return store
+
+    def _call_notify(self, call: str, args: dict, done: Callable) -> None:
+        text = args.get("text")
+        if not isinstance(text, str) or not text or len(text) > MAX_NOTE:
+            raise commands.Refused("invalid", f"a note is a non-empty string of at most {MAX_NOTE} characters")
+        cell = self.supervisor.cells.cell
+        self.supervisor.store.event("note", {"generation": cell.generation.number, "cell": cell.cell_id, "text": text})
+        self.supervisor.listener.host_note(cell.msg_id, text)
+        done(None)
+
+    def _call_restart(self, call: str, args: dict, done: Callable) -> None:
+        reason = args.get("reason")
+        if not isinstance(reason, str) or not reason:
+            raise commands.Refused("invalid", "restart needs a reason")
+        self.supervisor.after_cell(self.supervisor.cells.cell.msg_id, "restart", reason)
+        done(None)
+
+    def _call_relocate(self, call: str, args: dict, done: Callable) -> None:
+        spec = args.get("spec")
+        problem = self.supervisor.placement_problem(spec)
+        if problem is not None:
+            raise commands.Refused("invalid", problem)
+        self.supervisor.after_cell(self.supervisor.cells.cell.msg_id, "relocate", spec)
+        done(None)
+
+
+def _key(args: dict) -> str:
+    key = args.get("key")
+    if not isinstance(key, str) or not key or len(key) > MAX_KEY:
+        raise commands.Refused("invalid", f"a key is a non-empty string of at most {MAX_KEY} characters")
+    return key
+
+
+def _refused(call: str | None, code: str, message: str) -> dict:
+    return {"call": call, "ok": False, "code": code, "message": message}

@@ -1,0 +1,225 @@
+"""Host callbacks: cell code asks its supervisor, from real cells on a real kernel (issue D).
+
+Every refusal is followed by a cell that works: the kernel keeps serving.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import time
+from contextlib import contextmanager
+
+import pytest
+
+from conftest import execute, process_gone, results, start_kernel, stream_text, until, worker_pid
+
+
+@contextmanager
+def host_kernel(tmp_path, *options: str):
+    workspace = tmp_path / "workspace"
+    workspace.mkdir(exist_ok=True)
+    env = {"KLBR_DB": str(tmp_path / "log.sqlite3"), "JPY_SESSION_NAME": str(workspace / "agent.ipynb")}
+    with start_kernel(extra_arguments=[f"--HostService.workspace={workspace}", *options], env=env) as (km, kc):
+        execute(kc, "from klbr_kernel import host")
+        yield km, kc, workspace
+
+
+def value(kc, code: str):
+    """The value of the expression `code` in the worker, through JSON."""
+    reply, outputs = execute(kc, f"import json as _j; print(_j.dumps({code}))", timeout=60)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return json.loads(stream_text(outputs, "stdout"))
+
+
+def refused(kc, call: str) -> str:
+    """The code of the HostError `call` raises (and the kernel still serves)."""
+    reply, outputs = execute(kc, f"try:\n    {call}\n    print('no error')\nexcept host.HostError as e:\n    print(e.code)",
+                             timeout=60)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    assert results(execute(kc, "1 + 1")[1]) == ["2"]
+    return stream_text(outputs, "stdout").strip()
+
+
+def test_inspect_says_where_the_cell_runs(tmp_path):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        found = value(kc, "host.inspect()")
+        assert found["generation"] == 1 and found["placement"] == "local" and found["time_left"] is None
+        assert isinstance(found["session"], int) and found["kernel_session"]
+        identity = found["identity"]
+        assert identity["pid"] == worker_pid(kc)
+        assert os.path.exists(identity["interpreter"]) and identity["version"].startswith("3.")
+        assert identity["hostname"] and identity["platform"] == "Linux" and identity["arch"] and identity["cwd"]
+        conn = sqlite3.connect(tmp_path / "log.sqlite3")
+        (cell,) = conn.execute("SELECT id FROM cells WHERE code LIKE '%host.inspect()%'").fetchone()
+        assert found["cell"] == cell
+        _, outputs = execute(kc, "%%klbr timeout=30\nimport json\nprint(json.dumps(host.inspect()['time_left']))")
+        assert 0 < json.loads(stream_text(outputs)) <= 30
+        _, outputs = execute(kc, "%klbr status")
+        assert f"python {identity['version']} at {identity['interpreter']}" in stream_text(outputs)
+
+
+def test_run_is_a_command_in_the_workspace(tmp_path):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        (workspace / "data").mkdir()
+        found = value(kc, "host.run(['sh', '-c', 'pwd; echo oops >&2; exit 3'], cwd='data')")
+        assert found["stdout"] == f"{workspace / 'data'}\n" and found["stderr"] == "oops\n"
+        assert found["exit_code"] == 3 and not found["timed_out"] and found["duration"] >= 0
+        assert value(kc, "host.run(['sh', '-c', 'echo $GREETING'], env={'GREETING': 'hi'})")["stdout"] == "hi\n"
+        assert value(kc, "host.run(['cat'], stdin='from str')")["stdout"] == "from str"
+        assert value(kc, "host.run(['cat'], stdin=b'from bytes')")["stdout"] == "from bytes"
+        cut = value(kc, "host.run(['sh', '-c', 'head -c 5000 /dev/zero | tr \"\\\\0\" x'], max_output=100)")
+        assert cut["stdout"] == "x" * 100 and cut["stdout_truncated"] and not cut["stderr_truncated"]
+
+
+def test_a_command_past_its_timeout_ends_with_its_whole_group(tmp_path):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        found = value(kc, "host.run(['sh', '-c', 'sleep 600 & echo $! > child; sleep 600'], timeout=1)")
+        assert found["timed_out"] and found["duration"] < 30
+        assert process_gone(int((workspace / "child").read_text()))
+
+
+@pytest.mark.parametrize("call, code", [
+    ("host.run([])", "invalid"), ("host.run(['echo', 1])", "invalid"), ("host.run(['echo', ''])", "invalid"),
+    ("host.run(['ec\\0ho'])", "invalid"), ("host.run(['env'], env={'': 'x'})", "invalid"),
+    ("host.run(['env'], env={'A=B': 'x'})", "invalid"), ("host.run(['env'], env={'A': 'x\\0'})", "invalid"),
+    ("host.run(['ls'], cwd='/tmp')", "forbidden"), ("host.run(['ls'], cwd='../..')", "forbidden"),
+    ("host.run(['ls'], timeout=0)", "invalid"), ("host.run(['ls'], timeout=3601)", "invalid"),
+    ("host.run(['ls'], max_output=10**9)", "invalid"), ("host.put('k' * 257, 1)", "invalid"),
+    ("host.put('k', {1, 2})", "invalid"), ("host.put('k', 'x' * (2**20 + 1))", "too_large"),
+    ("host.notify('x' * (2**20 + 1))", "too_large"), ("host.relocate('ssh://elsewhere/usr/bin/python3')", "invalid"),
+    ("host.notify('')", "invalid"),
+])
+def test_each_refusal_has_its_code(tmp_path, call, code):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        assert refused(kc, call) == code
+
+
+def test_a_symlink_out_of_the_workspace_is_refused(tmp_path):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        (workspace / "inside").mkdir()
+        (workspace / "outward").symlink_to(tmp_path)
+        (workspace / "inward").symlink_to(workspace / "inside")
+        assert refused(kc, "host.run(['ls'], cwd='outward')") == "forbidden"
+        assert value(kc, "host.run(['pwd'], cwd='inward')")["stdout"] == f"{workspace / 'inside'}\n"
+
+
+def test_values_survive_a_lost_worker_and_a_new_kernel(tmp_path):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        execute(kc, "host.put('step', {'done': 3}); host.put('name', 'run-7')")
+        pid = worker_pid(kc)
+        reply, _ = execute(kc, "import os; os.kill(os.getpid(), 9)")
+        assert reply["content"]["ename"] == "WorkerLost"
+        execute(kc, "from klbr_kernel import host")
+        assert value(kc, "host.get('step')") == {"done": 3} and worker_pid(kc) != pid
+        assert value(kc, "host.keys()") == ["name", "step"]
+        assert value(kc, "host.get('missing', 'default')") == "default"
+    with host_kernel(tmp_path) as (km, kc, workspace):  # the same notebook, a later session
+        assert value(kc, "host.get('name')") == "run-7"
+
+
+def test_a_note_is_shown_and_kept(tmp_path):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        _, outputs = execute(kc, "host.notify('training finished')")
+        notes = [m["content"]["data"]["text/markdown"] for m in outputs if m["msg_type"] == "display_data"]
+        assert notes == ["**klbr note:** training finished"]
+    conn = sqlite3.connect(tmp_path / "log.sqlite3")
+    (payload,) = conn.execute("SELECT payload FROM events WHERE kind = 'note'").fetchone()
+    assert json.loads(payload)["text"] == "training finished"
+
+
+@pytest.mark.parametrize("call", ["host.restart('leaking memory')", "host.relocate('local')"])
+def test_restart_and_relocate_take_effect_when_the_cell_ends(tmp_path, call):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        execute(kc, "kept = 1")
+        pid = worker_pid(kc)
+        reply, outputs = execute(kc, f"{call}\nprint('the cell finishes')")
+        assert reply["content"]["status"] == "ok" and stream_text(outputs) == "the cell finishes\n"
+        until(lambda: worker_pid(kc) != pid, 30, "the next cell runs in a new generation")
+        assert process_gone(pid)
+        assert execute(kc, "kept")[0]["content"]["ename"] == "NameError"
+    kinds = [r[0] for r in sqlite3.connect(tmp_path / "log.sqlite3").execute("SELECT kind FROM events")]
+    assert ("host_restart" in kinds) or ("host_relocate" in kinds)
+
+
+def test_a_thread_that_outlives_its_cell_is_not_running(tmp_path):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        go = workspace / "go"
+        execute(kc, "import os, threading, time\nlate = {}\n"
+                    f"def later():\n    while not os.path.exists({str(go)!r}):\n        time.sleep(0.01)\n"
+                    "    try:\n        host.inspect()\n        late['code'] = 'answered'\n"
+                    "    except host.HostError as e:\n        late['code'] = e.code\n"
+                    "t = threading.Thread(target=later); t.start()")
+        execute(kc, f"open({str(go)!r}, 'w').close(); t.join(30)")  # the thread calls while this cell runs
+        assert value(kc, "late['code']") == "not_running"
+
+
+def test_a_call_from_an_ended_generation_is_stale(tmp_path):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        go, out = workspace / "go", workspace / "out"
+        script = ("import os, time\nfrom klbr_kernel import host\n"
+                  f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.01)\n"
+                  f"try:\n    host.inspect()\n    code = 'answered'\nexcept host.HostError as e:\n    code = e.code\n"
+                  f"open({str(out)!r}, 'w').write(code)\n")
+        # A process that escaped its generation's group (a daemon): it keeps the generation's credentials.
+        execute(kc, f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {script!r}], start_new_session=True)")
+        execute(kc, "%klbr restart")
+        go.touch()
+        until(out.exists, 60, "the leftover process has called")
+        assert out.read_text() == "stale_generation"
+
+
+def test_four_threads_calling_at_once_all_get_answers(tmp_path):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        found = value(kc, "[f.result() for f in [__import__('concurrent.futures').futures.ThreadPoolExecutor(4)"
+                          ".submit(host.run, ['echo', str(i)]) for i in range(4)]]")
+        assert sorted(r["stdout"] for r in found) == ["0\n", "1\n", "2\n", "3\n"]
+
+
+def test_the_budget_is_per_cell(tmp_path):
+    with host_kernel(tmp_path, "--HostService.max_requests_per_cell=5") as (km, kc, workspace):
+        code = ("codes = []\nfor _ in range(6):\n    try:\n        host.keys(); codes.append('ok')\n"
+                "    except host.HostError as e:\n        codes.append(e.code)\n")
+        execute(kc, code)
+        assert value(kc, "codes") == ["ok"] * 5 + ["budget_exhausted"]
+        assert value(kc, "host.keys()") == []  # the next cell has a new budget
+
+
+def test_a_call_sent_again_is_answered_once_and_runs_once(tmp_path):
+    """The same call id twice (a client resending after a silence): two answers, one command."""
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        code = ("import json, os, uuid, zmq\nfrom klbr_kernel.host import PROTOCOL, sign, _cell\n"
+                "s = zmq.Context.instance().socket(zmq.DEALER); s.connect(os.environ['KLBR_HOST_ENDPOINT'])\n"
+                "payload = json.dumps({'call': uuid.uuid4().hex, 'token': os.environ['KLBR_HOST_TOKEN'], 'cell': _cell(),"
+                " 'method': 'run', 'args': {'argv': ['sh', '-c', 'echo once >> ran; sleep 0.5']}}).encode()\n"
+                "frames = [PROTOCOL, sign(os.environ['KLBR_HOST_KEY'].encode(), payload), payload]\n"
+                "s.send_multipart(frames); s.send_multipart(frames)\n"
+                "answers = [json.loads(s.recv_multipart()[2]) for _ in range(2)]\n"
+                "print(json.dumps([a['ok'] for a in answers] + [answers[0] == answers[1]]))")
+        _, outputs = execute(kc, code, timeout=60)
+        assert json.loads(stream_text(outputs, "stdout")) == [True, True, True]
+        assert (workspace / "ran").read_text() == "once\n"
+
+
+def test_forged_and_garbled_calls_are_dropped_and_the_kernel_serves_on(tmp_path):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        code = ("import json, os, zmq\nfrom klbr_kernel.host import PROTOCOL, sign\n"
+                "s = zmq.Context.instance().socket(zmq.DEALER); s.connect(os.environ['KLBR_HOST_ENDPOINT'])\n"
+                "payload = json.dumps({'call': 'c1', 'token': os.environ['KLBR_HOST_TOKEN'], 'method': 'keys', 'args': {}}).encode()\n"
+                "s.send_multipart([PROTOCOL, sign(b'not the key', payload), payload])\n"
+                "s.send_multipart([b'garbage'])\ns.send_multipart([PROTOCOL, b'x', b'{not json'])\n"
+                "print(json.dumps(s.poll(1000)))")
+        _, outputs = execute(kc, code)
+        assert stream_text(outputs, "stdout").strip() == "0"  # no answer to any of them
+        assert value(kc, "host.keys()") == []
+
+
+def test_outside_a_klbr_worker_there_is_no_host():
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("KLBR_HOST_")}
+    code = "from klbr_kernel import host\ntry:\n    host.inspect()\nexcept host.HostError as e:\n    print(e.code)"
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=60)
+    assert done.stdout.strip() == "forbidden"
