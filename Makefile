@@ -35,11 +35,19 @@ browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { \
 		(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
-test: bytecode browser-deps
+# A second interpreter for `python:` placement tests and benchmarks: a venv with ipykernel and
+# nothing of klbr, as a user's other project would have.
+OTHER := .venv-ipykernel
+$(OTHER)/.ready:
+	test -x $(OTHER)/bin/python || $(PYTHON) -m venv $(OTHER)
+	$(OTHER)/bin/python -m pip install --quiet --disable-pip-version-check ipykernel
+	touch $@
+
+test: bytecode browser-deps $(OTHER)/.ready
 	$(BIN)/python -m pytest -q -ra
 
-bench: bytecode
+bench: bytecode $(OTHER)/.ready
 	$(BIN)/python benchmarks/compare.py --readme README.md
 
 clean:
-	rm -rf $(VENV) build *.egg-info
+	rm -rf $(VENV) $(OTHER) build *.egg-info

@@ -104,7 +104,7 @@ class Dispatch:
         if req.msg_type == "kernel_info_request":
             gen = proxy.generation
             content = kernel_info_content(gen.kernel_info if gen else None, gen.number if gen else None,
-                                          proxy.supervisor.placement)
+                                          proxy.supervisor.where.spec)
             req.move(Phase.ANSWERED)
             proxy.replies.own(req, content)
             req.move(Phase.DONE)

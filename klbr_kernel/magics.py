@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-COMMANDS = ("status", "restart", "placement", "timeout", "history", "replay")
+COMMANDS = ("status", "restart", "placement", "reconnect", "timeout", "history", "replay")
 _LINE = re.compile(r"^%klbr(?:\s+(?P<rest>.*))?$")
 _CELL = re.compile(r"^%%klbr\s+timeout\s*=\s*(?P<seconds>\S+)\s*$")
 _IN = re.compile(r"^In\[(?P<count>\d+)\]$")
@@ -71,7 +71,7 @@ def line_magics(code: str) -> list[Magic] | None:
             if len(args) != 1:
                 raise MagicError("usage: %klbr timeout SECONDS   (0 = no limit)")
             _seconds(args[0])
-        elif command in ("status", "restart") and args:
+        elif command in ("status", "restart", "reconnect") and args:
             raise MagicError(f"%klbr {command} takes no arguments")
         elif command == "placement" and len(args) > 1:
             raise MagicError("usage: %klbr placement [SPEC]")

@@ -47,6 +47,7 @@ def status_text(supervisor: Supervisor, cell_log: CellLog) -> str:
         ("uptime", _duration(st["uptime"])),
         ("placement", st["placement"]),
         ("worker", _identity(st["identity"])),
+        ("key", st["key"] or "-"),
         ("standby", st["standby"]),
         ("restarts", f"{st['restarts']} of {st['restart_limit']} in the last {st['restart_window']:g} s"),
         ("cell timeout", f"{timeout:g} s" if timeout else "none"),
@@ -55,6 +56,19 @@ def status_text(supervisor: Supervisor, cell_log: CellLog) -> str:
     ]
     width = max(len(k) for k, _ in rows)
     return "".join(f"{k:<{width}}  {v}\n" for k, v in rows)
+
+
+def _moved(what: str, old, new, supervisor: Supervisor) -> str:
+    """What `%klbr placement SPEC` and `%klbr reconnect` print: from where to where, and how it went."""
+    before = f"generation {old.number} ended" if old else "no generation was running"
+    if new is None or new.ending is not None:
+        how = f": {new.ending.how}" if new is not None and new.ending is not None else ""
+        tail = f"\n{new.ending.stderr_tail}" if new is not None and new.ending and new.ending.stderr_tail else ""
+        raise MagicError(f"{before}; the new generation on {supervisor.where} did not start{how}{tail}")
+    identity = new.identity()
+    return (f"{what}: {before}; generation {new.number} runs on {supervisor.where} "
+            f"(python {identity.get('version')} at {identity.get('interpreter')}, pid {new.pid}) "
+            "with a fresh namespace.\n")
 
 
 async def magic_output(magic: Magic, supervisor: Supervisor, cell_log: CellLog) -> str:
@@ -75,8 +89,12 @@ async def magic_output(magic: Magic, supervisor: Supervisor, cell_log: CellLog) 
     if magic.command == "history":
         return history_text(supervisor, cell_log, int(magic.args[0]) if magic.args else 10)
     if magic.command == "placement":
-        problem = supervisor.placement_problem(magic.args[0]) if magic.args else None
-        if problem is not None:
-            raise MagicError(problem)
-        return f"placement: {supervisor.placement}\n"
+        if not magic.args:
+            return f"placement: {supervisor.where}\n"
+        old = supervisor.current
+        new = await supervisor.relocate(magic.args[0])  # a PlacementError is a ValueError: UsageError
+        return _moved("Moved", old, new, supervisor)
+    if magic.command == "reconnect":
+        old = supervisor.current
+        return _moved("Reconnected", old, await supervisor.reconnect(), supervisor)
     raise MagicError(f"unknown %klbr command {magic.command!r}")

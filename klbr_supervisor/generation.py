@@ -28,10 +28,12 @@ from jupyter_client.session import Session
 from .connection import CHANNELS, WorkerChannels
 from .exits import describe_exit
 from .host.channel import Credentials
-from .launch import OWN_INTERPRETER, PRELAUNCHED, StderrTail, WorkerManager, WorkerSpecs, popen_options, worker_manager
+from .launch import StderrTail, WorkerManager, WorkerSpecs, is_ipykernel, popen_options, worker_manager
+from .placement import Placement, PlacementError
 from .reaper import Reaper
+from .resign import Resigner
 from .states import TRANSITIONS, Ending, EndReason, GenerationState
-from .wire import MalformedMessage, Wire
+from .wire import Wire
 
 MessageHandler = Callable[["Generation", str, Wire], None]
 EndHandler = Callable[["Generation", Ending], None]
@@ -51,7 +53,7 @@ class Generation:
         number: int,
         *,
         kernel_name: str,
-        placement: str,
+        placement: Placement,
         session: Session,
         worker_args: tuple[str, ...] = (),
         runtime_dir: str,
@@ -65,7 +67,7 @@ class Generation:
         self.number = number
         self.host = host  # its worker's way back to the supervisor (`klbr_supervisor.host`)
         self._identity: dict | None = None
-        self.kernel_name = kernel_name or OWN_INTERPRETER
+        self.kernel_name = kernel_name
         self.placement = placement
         self.state = GenerationState.STARTING
         self.ending: Ending | None = None
@@ -73,6 +75,13 @@ class Generation:
         self.pgid: int | None = None
         self.started = time.time()
         self.kernel_info: dict = {}
+        # A worker elsewhere gets a key of its own, and its traffic is re-signed (`resign`).
+        self._resigner: Resigner | None = None
+        if not placement.shares_key:
+            own = Session(key=os.urandom(32).hex().encode("ascii"), signature_scheme=session.signature_scheme,
+                          username=session.username)
+            self._resigner = Resigner(own, session)
+            session = own
         self._session = session
         self._worker_args = worker_args
         self._runtime_dir = runtime_dir
@@ -101,11 +110,19 @@ class Generation:
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
-    async def start(self, timeout: float) -> bool:
+    async def start(self, timeout: float, check=None) -> bool:
         """Launch the worker and wait until it answers kernel_info with its iopub and stdin connected.
 
-        True when ready; False when it ended first (the `Ending` says why, START_FAILED).
+        `check`, if given, is awaited first: a `PlacementError` it raises ends the generation as a
+        failed start with its text. True when ready; False when it ended first (the `Ending` says
+        why, START_FAILED).
         """
+        if check is not None:
+            try:
+                await check
+            except PlacementError as e:
+                self._finish(Ending(EndReason.START_FAILED, None, f"could not be launched: {e}"))
+                return False
         self._km = worker_manager(
             self.kernel_name,
             session=self._session,
@@ -121,7 +138,7 @@ class Generation:
             # Same key and session id as the proxy: its messages go to the frontend untouched.
             extra = [f"--Session.session={self._session.session}", *self._worker_args]
         try:
-            env = {**os.environ, **self.host.environ()}  # never argv: the key is a secret
+            env = {**self._environ(), **self.host.environ()}  # never argv: the key is a secret
             await self._km.start_kernel(extra_arguments=extra, env=env, **popen_options())
         except Exception as e:
             self.log.error("generation %d: could not launch %s: %s", self.number, self.kernel_name, e)
@@ -187,12 +204,16 @@ class Generation:
         self._channels.send("shell", self._session.serialize(msg))
         self.next_count = last_count + 1
 
-    async def stop(self, reason: EndReason, grace: float = 1.0) -> Ending:
-        """End the generation: SIGTERM to its process group, SIGKILL after `grace` seconds."""
+    def closing(self, reason: EndReason) -> None:
+        """From now on it takes no more requests (`alive` is False); `stop` follows."""
         if self._end_reason is None:
             self._end_reason = reason
         if self.state not in (GenerationState.ENDING, GenerationState.ENDED):
             self._set_state(GenerationState.ENDING, reason.value)
+
+    async def stop(self, reason: EndReason, grace: float = 1.0) -> Ending:
+        """End the generation: SIGTERM to its process group, SIGKILL after `grace` seconds."""
+        self.closing(reason)
         if self.pid is not None and not self._exited.done():
             self._killpg(signal.SIGTERM)
             try:
@@ -211,7 +232,14 @@ class Generation:
     def send(self, channel: str, frames: list) -> bool:
         if self.state in (GenerationState.ENDING, GenerationState.ENDED):
             return False
+        if self._resigner is not None:
+            frames = self._resigner.to_worker(frames)
         return self._channels.send(channel, frames)
+
+    async def wait_started(self) -> bool:
+        """Until it serves (True) or has ended without serving (False)."""
+        await asyncio.wait({self._ready, self._ended}, return_when=asyncio.FIRST_COMPLETED)
+        return self.state_was_ready and self.ending is None
 
     def mark_busy(self, busy: bool) -> None:
         """Called by the supervisor as cells start and finish on this generation."""
@@ -230,9 +258,14 @@ class Generation:
                 except OSError:
                     return None
 
+            try:  # as it was started (a venv's python, not the binary it links to)
+                with open(f"/proc/{self.pid}/cmdline", "rb") as f:
+                    argv0 = f.read().split(b"\0", 1)[0].decode("utf-8", "replace")
+            except OSError:
+                argv0 = ""
             self._identity = {
                 "hostname": socket.gethostname(), "platform": platform.system(), "arch": platform.machine(),
-                "interpreter": link("exe"),
+                "interpreter": argv0 if os.path.isabs(argv0) else link("exe"),
                 "version": self.kernel_info.get("language_info", {}).get("version"),
                 "pid": self.pid, "cwd": link("cwd"),
             }
@@ -248,9 +281,26 @@ class Generation:
 
     # -- internals ---------------------------------------------------------------------------------
 
+    @property
+    def shares_key(self) -> bool:
+        """Whether its worker signs with the frontend's key (else its traffic is re-signed)."""
+        return self._resigner is None
+
+    def _environ(self) -> dict[str, str]:
+        """The worker's environment: the proxy's for one on this machine under this user; a minimal
+        one for a provisioner (it may forward what it gets to another host)."""
+        if self.placement.shares_key:
+            return dict(os.environ)
+        keep = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "JUPYTER_PATH",
+                "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "VIRTUAL_ENV")
+        return {name: os.environ[name] for name in keep if name in os.environ}
+
     def _speaks_for_proxy(self) -> bool:
-        """Whether the worker is an ipykernel that takes `--Session.session` on its command line."""
-        if self.kernel_name in (OWN_INTERPRETER, PRELAUNCHED):
+        """Whether the worker is an ipykernel, sharing the frontend's key, that takes
+        `--Session.session` on its command line."""
+        if not self.shares_key:
+            return False
+        if is_ipykernel(self.kernel_name):
             return True
         try:
             argv = WorkerSpecs().get_kernel_spec(self.kernel_name).argv
@@ -266,8 +316,10 @@ class Generation:
 
     def _received(self, channel: str, frames: list) -> None:
         try:
+            if self._resigner is not None:
+                frames = self._resigner.from_worker(frames)
             wire = Wire.parse(frames)
-        except MalformedMessage as e:
+        except ValueError as e:  # MalformedMessage, a bad signature, an undecodable header
             self.log.warning("generation %d: malformed %s message dropped: %s", self.number, channel, e)
             return
         if self.state is GenerationState.ENDED:

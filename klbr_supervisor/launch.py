@@ -26,16 +26,43 @@ from . import deathsig, prelaunch
 OWN_INTERPRETER = "klbr-own-python"
 # The same worker, started before the proxy's imports and adopted by `PrelaunchedProvisioner`.
 PRELAUNCHED = "klbr-prelaunched"
+# `python:PATH` placements: ipykernel on the interpreter PATH, under the name PYTHON_AT + PATH.
+PYTHON_AT = "klbr-python:"
+
+
+def kernel_name_for(placement, worker_kernel: str) -> str:
+    """The kernelspec name a generation on `placement` launches (`Supervisor.worker_kernel` for local)."""
+    if placement.kind == "python":
+        return PYTHON_AT + placement.target
+    if placement.kind == "kernelspec":
+        return placement.target
+    return worker_kernel or OWN_INTERPRETER
+
+
+def is_ipykernel(kernel_name: str) -> bool:
+    """Whether klbr itself builds this kernel's command as ipykernel's (so it takes ipykernel's options)."""
+    return kernel_name in (OWN_INTERPRETER, PRELAUNCHED) or kernel_name.startswith(PYTHON_AT)
 
 
 class WorkerSpecs(KernelSpecManager):
-    """Installed kernelspecs, plus the built-in one for ipykernel on this interpreter."""
+    """Installed kernelspecs, plus the built-in ones: ipykernel on this interpreter, or on the
+    interpreter of a `python:` placement."""
 
     def get_kernel_spec(self, kernel_name: str) -> KernelSpec:
         if kernel_name in (OWN_INTERPRETER, PRELAUNCHED):
             return KernelSpec(
                 argv=prelaunch.worker_command("{connection_file}"),
                 display_name=f"Python {sys.version_info.major}.{sys.version_info.minor}",
+                language="python",
+                interrupt_mode="signal",
+                resource_dir="",
+                metadata={"debugger": True},
+            )
+        if kernel_name.startswith(PYTHON_AT):
+            python = kernel_name[len(PYTHON_AT):]
+            return KernelSpec(
+                argv=[python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                display_name=f"Python ({python})",
                 language="python",
                 interrupt_mode="signal",
                 resource_dir="",

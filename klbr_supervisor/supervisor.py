@@ -17,7 +17,7 @@ from typing import Protocol
 
 import zmq
 from jupyter_client.session import Session
-from traitlets import Bool, Float, Int, Unicode, default
+from traitlets import Bool, Float, Int, Unicode
 from traitlets.config import LoggingConfigurable
 
 from . import prelaunch
@@ -25,7 +25,8 @@ from .counts import ExecutionCounts
 from .generation import Generation
 from .host import HostService
 from .host.channel import Credentials
-from .launch import PRELAUNCHED
+from .launch import PRELAUNCHED, WorkerSpecs, kernel_name_for
+from .placement import Placement, PlacementError, check, parse
 from .policy import Policy, Refusal
 from .reaper import Reaper
 from .ladder import CellWatch
@@ -59,7 +60,11 @@ class Supervisor(LoggingConfigurable):
         "", config=True,
         help="Kernelspec name of the workbench; empty means ipykernel on the proxy's own interpreter.",
     )
-    placement = Unicode("local", config=True, help="Where generations run. Only 'local' for now.")
+    placement = Unicode(
+        "local", config=True,
+        help="Where the first generation runs: local, python:/abs/path/to/python or kernelspec:NAME; "
+             "`%klbr placement SPEC` moves the session later.",
+    )
     startup_timeout = Float(60.0, config=True, help="Seconds a new generation has to answer kernel_info.")
     cell_timeout = Float(0.0, config=True, help="Seconds a cell may run (0 = no limit); `%klbr timeout` overrides it.")
     interrupt_grace = Float(
@@ -69,7 +74,8 @@ class Supervisor(LoggingConfigurable):
     kill_grace = Float(0.5, config=True, help="Seconds between SIGTERM and SIGKILL when a generation is ended.")
     standby = Bool(
         None, allow_none=True, config=True,
-        help="Keep one warm spare generation to take over at once (default: on for local placements).",
+        help="Keep one warm spare generation to take over at once (default: on for local and python: "
+             "placements, off for the rest, where a spare costs a pod or a remote process).",
     )
     standby_delay = Float(1.0, config=True, help="Seconds after a generation is ready before its spare starts.")
     restart_limit = Int(5, config=True, help="Automatic new generations allowed per restart_window.")
@@ -83,10 +89,6 @@ class Supervisor(LoggingConfigurable):
         2, config=True,
         help="Refuse code whose worker died under it this many times in a row (0 = never refuse).",
     )
-
-    @default("standby")
-    def _standby_default(self) -> bool:
-        return self.placement == "local"
 
     def __init__(self, listener: WorkerListener, *, session: Session, notebook: str | None = None,
                  kernel_name: str | None = None, **kwargs):
@@ -105,6 +107,14 @@ class Supervisor(LoggingConfigurable):
             restart_window=self.restart_window,
             poison_after=self.poison_after,
         )
+        # Where generations run now; a spec that names no placement fails the first start, loudly
+        # (never a silent fallback to local).
+        self._bad_placement: str | None = None
+        self._start_failed = False  # the last generation never served
+        try:
+            self.where: Placement = parse(self.placement)
+        except PlacementError as e:
+            self.where, self._bad_placement = Placement(self.placement, "invalid"), str(e)
         self.current: Generation | None = None
         self.spare: Generation | None = None
         # Generations not yet ended (current, spare, and any being stopped); an ended one is let go
@@ -123,11 +133,11 @@ class Supervisor(LoggingConfigurable):
         self._zmq = zmq.Context.instance()
         self._reaper: Reaper | None = None
         worker = prelaunch.current()
-        if worker is not None and (self.worker_kernel or self.placement != "local" or self.ipython_history
+        if worker is not None and (self.worker_kernel or self.where.kind != "local" or self.ipython_history
                                    or worker.session_id != session.session):
             worker.discard()  # the configuration (a config file) asks for another first worker
             worker = None
-        self._first_kernel = PRELAUNCHED if worker is not None else self.worker_kernel
+        self._first_kernel = PRELAUNCHED if worker is not None else kernel_name_for(self.where, self.worker_kernel)
         self._runtime_dir = worker.runtime_dir if worker is not None else tempfile.mkdtemp(prefix="klbr-")
         self._first_host = worker.host if worker is not None else None
 
@@ -152,10 +162,11 @@ class Supervisor(LoggingConfigurable):
     def _launch(self, *, spare: bool) -> Generation:
         number = next(self._numbers)
         host = self._first_host if number == 1 and self._first_host else prelaunch.host_environ(self._runtime_dir)
+        where = self.where
         gen = Generation(
             number,
-            kernel_name=self._first_kernel if number == 1 else self.worker_kernel,
-            placement=self.placement,
+            kernel_name=self._first_kernel if number == 1 else kernel_name_for(where, self.worker_kernel),
+            placement=where,
             session=self.session.clone(),
             worker_args=() if self.ipython_history else prelaunch.NO_IPYTHON_HISTORY,
             runtime_dir=self._runtime_dir,
@@ -177,7 +188,10 @@ class Supervisor(LoggingConfigurable):
 
     async def _bring_up(self, gen: Generation) -> None:
         try:
-            started = await gen.start(self.startup_timeout)
+            # Checked first as `%klbr placement` checks: the configured placement, and again after
+            # a failed start (the failure then names what is missing, not just the worker's exit).
+            first = gen.number == 1 or self._bad_placement is not None or self._start_failed
+            started = await gen.start(self.startup_timeout, self._check(gen.placement) if first else None)
         except Exception:
             # A bug here must cost one generation, not the kernel: it ends as a failed start.
             self.log.exception("generation %d: start failed", gen.number)
@@ -188,6 +202,7 @@ class Supervisor(LoggingConfigurable):
         if self._stopping:
             await gen.stop(EndReason.SHUTDOWN, self.kill_grace)
         elif gen is self.current:
+            self._start_failed = False
             self._record_start(gen)
             self.listener.generation_ready(gen)
             # Warm the spare a moment later: started at once, its imports compete for the CPU with
@@ -195,8 +210,20 @@ class Supervisor(LoggingConfigurable):
             asyncio.get_running_loop().call_later(self.standby_delay, self._ensure_spare)
         # A spare stays ready, unused, until `_takeover`.
 
+    async def _check(self, placement: Placement) -> None:
+        """The configured first placement, checked as `%klbr placement` checks a new one."""
+        if self._bad_placement is not None:
+            raise PlacementError(self._bad_placement)
+        if placement.kind != "local":
+            await check(placement, WorkerSpecs())
+
+    @property
+    def standby_on(self) -> bool:
+        """`standby` as configured, else whether this placement keeps a spare by default."""
+        return self.standby if self.standby is not None else self.where.warm
+
     def _ensure_spare(self) -> None:
-        if self.standby and self.spare is None and not self._stopping and self.crash_loop is None:
+        if self.standby_on and self.spare is None and not self._stopping and self.crash_loop is None:
             self._launch(spare=True)
 
     def _takeover(self) -> None:
@@ -228,6 +255,37 @@ class Supervisor(LoggingConfigurable):
             await gen.stop(EndReason.RESTART, self.kill_grace)  # `_ended` hands over to the spare
         else:
             self._takeover()
+
+    async def relocate(self, spec: str, *, check_first: bool = True) -> Generation | None:
+        """`%klbr placement SPEC`, between cells: the current generation ends (`relocated`) and a new
+        one starts on `spec`; the namespace does not move. A spec that is malformed, or names a place
+        where no worker can start (no interpreter, no ipykernel in it, no such kernelspec), raises
+        `PlacementError` and the session stays where it was. The new generation, once it serves or
+        has failed to start (its `ending` says why)."""
+        target = parse(spec)
+        if check_first:
+            await check(target, WorkerSpecs())
+        old, before = self.current, self.where
+        self.where, self._bad_placement = target, None
+        self.policy.reset_restarts()
+        self.crash_loop = None
+        self.store.event("placement", {"from": before.spec, "to": target.spec,
+                                       "generation": old.number if old else None})
+        self.log.info("placement %s -> %s", before, target)
+        self._stop_spare()  # it waits on the old placement
+        if old is not None and old.ending is None:
+            await old.stop(EndReason.RELOCATED, self.kill_grace)  # `_ended` starts the new one
+        else:
+            self._takeover()
+        new = self.current
+        if new is None:
+            return None
+        await new.wait_started()
+        return new
+
+    async def reconnect(self) -> Generation | None:
+        """`%klbr reconnect`: a new generation on the same placement, once it serves (or failed)."""
+        return await self.relocate(self.where.spec, check_first=False)
 
     async def shutdown(self) -> None:
         """End every generation (SIGTERM, SIGKILL after `kill_grace`); nothing respawns."""
@@ -266,11 +324,15 @@ class Supervisor(LoggingConfigurable):
         if self.current is not None:
             self.current.next_count = count + 1
 
-    def placement_problem(self, spec) -> str | None:
-        """Why `spec` is no placement a generation can run on, or None (`%klbr placement`, `host.relocate`)."""
-        if spec == self.placement:
-            return None
-        return f"placement {spec!r} is not available: this version runs generations locally only"
+    async def placement_problem(self, spec) -> str | None:
+        """Why `spec` is no placement a generation can run on, or None (`host.relocate`)."""
+        if not isinstance(spec, str):
+            return "a placement spec is a string, as in python:/usr/bin/python3"
+        try:
+            await check(parse(spec), WorkerSpecs())
+        except PlacementError as e:
+            return str(e)
+        return None
 
     def after_cell(self, msg_id: str, action: str, argument: str) -> None:
         """When the cell `msg_id` ends with its reply, `action` ("restart", "relocate") follows."""
@@ -283,10 +345,22 @@ class Supervisor(LoggingConfigurable):
         if action is not None and not self._stopping:
             kind, argument = action
             reason = EndReason.RESTART if kind == "restart" else EndReason.RELOCATED
+            # At once, before the proxy takes the next cell: that one runs on the new generation.
+            cell.generation.closing(reason)
             self._tasks.start(self._renew(reason, argument), f"host.{kind}")
 
     async def _renew(self, reason: EndReason, why: str) -> None:
         """A new generation asked for by cell code (`host.restart`, `host.relocate`)."""
+        if reason is EndReason.RELOCATED:
+            try:
+                await self.relocate(why, check_first=False)  # checked when the cell asked
+            except PlacementError as e:  # it was fine when the cell asked; not any more
+                self.log.error("host.relocate(%r) could not be carried out: %s", why, e)
+                self.store.event("placement_failed", {"to": why, "error": str(e)})
+                gen = self.current  # closing already: it ends, and the next starts where it was
+                if gen is not None and gen.ending is None:
+                    await gen.stop(reason, self.kill_grace)
+            return
         gen = self.current
         if gen is not None and gen.ending is None:
             self.log.info("generation %d ends at its cell's request (%s: %s)", gen.number, reason.value, why)
@@ -327,8 +401,9 @@ class Supervisor(LoggingConfigurable):
             "pid": gen.pid if gen else None,
             "state": gen.state.value if gen else ("stopped: crash loop" if self.crash_loop is not None else "none"),
             "uptime": gen.uptime if gen else None,
-            "placement": self.placement,
-            "standby": (spare.state.value if spare else "none") if self.standby else "off",
+            "placement": self.where.spec,
+            "standby": (spare.state.value if spare else "none") if self.standby_on else "off",
+            "key": ("shared with the frontend" if gen.shares_key else "its own, re-signed by the proxy") if gen else None,
             "restarts": self.policy.restarts_in_window(),
             "restart_limit": self.restart_limit,
             "restart_window": self.restart_window,
@@ -346,15 +421,17 @@ class Supervisor(LoggingConfigurable):
     def _record_start(self, gen: Generation) -> None:
         info = gen.kernel_info.get("language_info", {})
         identity = {**gen.identity(), "kernel": gen.kernel_name, "language": info.get("name")}
-        self.store.generation_started(gen.number, gen.placement, identity, gen.pid)
+        self.store.generation_started(gen.number, gen.placement.spec, identity, gen.pid)
 
     def _ended(self, gen: Generation, ending: Ending) -> None:
         # Asked for (a shutdown, a restart): news, not a warning in the server's log at every exit.
-        asked = ending.reason in (EndReason.SHUTDOWN, EndReason.RESTART)
+        asked = ending.reason in (EndReason.SHUTDOWN, EndReason.RESTART, EndReason.RELOCATED)
         (self.log.info if asked else self.log.warning)(
             "generation %d (pid %s) ended: %s, %s", gen.number, gen.pid, ending.reason.value, ending.how)
         self._live.discard(gen)
         self.host.retire(gen.host)
+        if ending.reason is EndReason.START_FAILED and gen is self.current:
+            self._start_failed = True
         if gen.state_was_ready:
             self.store.generation_ended(gen.number, f"{ending.reason.value}: {ending.how}")
         if gen is self.spare:

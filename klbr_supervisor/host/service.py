@@ -151,7 +151,7 @@ class HostService(LoggingConfigurable):
             "session": supervisor.store.session_id,
             "kernel_session": supervisor.session.session,
             "generation": generation.number,
-            "placement": generation.placement,
+            "placement": generation.placement.spec,
             "identity": generation.identity(),
             "cell": cell.cell_id,
             "time_left": max(0.0, deadline.remaining()) if deadline is not None else None,
@@ -227,12 +227,21 @@ class HostService(LoggingConfigurable):
         done(None)
 
     def _call_relocate(self, call: str, args: dict, done: Callable) -> None:
-        spec = args.get("spec")
-        problem = self.supervisor.placement_problem(spec)
-        if problem is not None:
-            raise commands.Refused("invalid", problem)
-        self.supervisor.after_cell(self.supervisor.cells.cell.msg_id, "relocate", spec)
-        done(None)
+        spec, msg_id = args.get("spec"), self.supervisor.cells.cell.msg_id
+
+        async def relocate() -> None:  # the check may start the interpreter: not on the loop's time
+            problem = await self.supervisor.placement_problem(spec)
+            cell = self.supervisor.cells.cell
+            if problem is not None:
+                self._done(call, _refused(call, "invalid", problem))
+            elif cell is None or cell.msg_id != msg_id:
+                self._done(call, _refused(call, "not_running", "the cell ended before the placement was checked"))
+            else:
+                self.supervisor.after_cell(msg_id, "relocate", spec)
+                done(None)
+
+        self.supervisor.start_task(relocate(), "host.relocate",
+                                   lambda e: self._done(call, _refused(call, "invalid", f"the check failed: {e}")))
 
 
 def _key(args: dict) -> str:

@@ -1,0 +1,56 @@
+"""Between a worker with a key of its own and the proxy, which speaks with the frontend's key.
+
+A worker that does not run on this machine under this user (a `kernelspec:` placement, any
+provisioner) never learns the frontend's key: it gets a fresh one per generation. Its messages are
+verified with that key, given the proxy's session id in their header, and signed with the frontend's
+key; what goes to it is signed with its key. Everything past the generation sees messages exactly as
+a shared-key worker sends them (DESIGN.md, placement: keys). Content and buffers are never decoded.
+"""
+
+from __future__ import annotations
+
+import json
+from hmac import compare_digest
+
+from jupyter_client.session import Session
+
+from .protocol import DELIM
+
+
+def _bytes(frame) -> bytes:
+    return frame.bytes if hasattr(frame, "bytes") else bytes(frame)
+
+
+class BadSignature(ValueError):
+    """A worker message whose signature its generation's key does not match."""
+
+
+class Resigner:
+    def __init__(self, worker: Session, frontend: Session):
+        """`worker` holds the generation's key (after the launch: a provisioner may have set it)."""
+        self.worker = worker
+        self.frontend = frontend
+
+    def from_worker(self, frames: list) -> list:
+        """Frames as the worker sent them -> frames as a shared-key worker would have sent them.
+        Raises `BadSignature`, or ValueError for frames that are no message."""
+        for i, frame in enumerate(frames):
+            if len(frame) == len(DELIM) and _bytes(frame) == DELIM:
+                break
+        else:
+            raise ValueError("no <IDS|MSG> delimiter")
+        body = [_bytes(f) for f in frames[i + 1 : i + 6]]
+        if len(body) < 5:
+            raise ValueError(f"{len(body)} frames after the delimiter, at least 5 expected")
+        if not compare_digest(body[0], self.worker.sign(body[1:5])):
+            raise BadSignature("signature does not match the generation's key")
+        header = json.loads(body[1])
+        header["session"] = self.frontend.session
+        signed = [json.dumps(header).encode(), body[2], body[3], body[4]]
+        return [*frames[:i], DELIM, self.frontend.sign(signed), *signed, *frames[i + 6 :]]
+
+    def to_worker(self, frames: list) -> list:
+        """``[DELIM, hmac, header, parent, metadata, content, *buffers]`` signed with the frontend's
+        key (or by the proxy) -> the same message signed with the generation's key."""
+        signed = [_bytes(f) for f in frames[2:6]]
+        return [DELIM, self.worker.sign(signed), *signed, *frames[6:]]

@@ -1,0 +1,194 @@
+"""Placement: the workbench on another interpreter or kernelspec, as a visible new generation.
+
+`make test` creates `.venv-ipykernel`, a venv with ipykernel and nothing of klbr (a user's other
+project); a venv without ipykernel is made here. `kernelspec:` runs through jupyter_client's
+provisioner with a fresh key per generation, re-signed by the proxy.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sqlite3
+import sys
+import venv
+from pathlib import Path
+
+import pytest
+
+from klbr_supervisor.placement import PlacementError, parse
+
+from conftest import collect, execute, results, start_kernel, stream_text, worker_pid
+
+ROOT = Path(__file__).parent.parent
+OTHER = ROOT / ".venv-ipykernel" / "bin" / "python"
+
+
+@pytest.fixture(scope="module")
+def other_python() -> Path:
+    assert OTHER.exists(), f"{OTHER} is missing: `make test` creates it (make .venv-ipykernel/.ready)"
+    return OTHER
+
+
+@pytest.fixture(scope="module")
+def bare_python(tmp_path_factory) -> Path:
+    """A venv without ipykernel."""
+    where = tmp_path_factory.mktemp("bare-venv")
+    venv.create(where, with_pip=False)
+    return where / "bin" / "python"
+
+
+def value(kc, expression: str):
+    reply, outputs = execute(kc, expression)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    (text,) = results(outputs)
+    return eval(text)
+
+
+def status(kc) -> dict[str, str]:
+    reply, outputs = execute(kc, "%klbr status")
+    assert reply["content"]["status"] == "ok"
+    rows = [line.split(None, 1) for line in stream_text(outputs).splitlines()]
+    return {k: v for k, v in (r if len(r) == 2 else (r[0], "") for r in rows)}
+
+
+def test_specs_are_parsed_or_refused_with_the_reason():
+    assert parse("local").kind == "local"
+    assert parse("python:/usr/bin/../bin/python3").spec == "python:/usr/bin/python3"
+    assert parse("kernelspec:python3").target == "python3"
+    for spec, words in [("python:bin/python", "absolute path"), ("elsewhere", "no placement"),
+                        ("kernelspec:", "needs the name"), ("ssh://h/usr/bin/python3", "not available")]:
+        with pytest.raises(PlacementError, match=words):
+            parse(spec)
+
+
+def test_python_placement_is_a_visible_new_generation(tmp_path, other_python):
+    db = tmp_path / "log.sqlite3"
+    with start_kernel(env={"KLBR_DB": str(db)}) as (km, kc):
+        execute(kc, "kept = 1")
+        first = worker_pid(kc)
+        reply, outputs = execute(kc, f"%klbr placement python:{other_python}")
+        assert reply["content"]["status"] == "ok", reply["content"]
+        said = stream_text(outputs)
+        assert "generation 1 ended" in said and "generation 2 runs on" in said and str(other_python) in said
+        assert value(kc, "__import__('sys').executable") == str(other_python)
+        assert value(kc, "__import__('sys').prefix") == str(other_python.parent.parent)
+        assert execute(kc, "kept")[0]["content"]["ename"] == "NameError"  # the namespace does not move
+        assert worker_pid(kc) != first
+        st = status(kc)
+        assert st["generation"] == "2" and st["placement"] == f"python:{other_python}"
+        assert str(other_python) in st["worker"] and st["key"] == "shared with the frontend"
+        info = kc.kernel_info(reply=True)["content"]
+        assert f"python:{other_python}" in info["banner"]
+        assert info["language_info"]["name"] == "python"
+        # And back: the next one is local again, on the proxy's interpreter.
+        reply, _ = execute(kc, "%klbr placement local")
+        assert reply["content"]["status"] == "ok"
+        assert value(kc, "__import__('sys').executable") == sys.executable
+    conn = sqlite3.connect(db)
+    rows = conn.execute("SELECT number, placement, identity, end_reason FROM generations ORDER BY number").fetchall()
+    # (numbers count spares too: a spare that waited on the old placement was never current)
+    assert [p for _, p, _, _ in rows] == ["local", f"python:{other_python}", "local"]
+    assert json.loads(rows[1][2])["interpreter"] == str(other_python)
+    assert rows[0][3].startswith("relocated") and rows[1][3].startswith("relocated")
+    moves = [json.loads(p) for (p,) in conn.execute("SELECT payload FROM events WHERE kind = 'placement'")]
+    assert moves[0] == {"from": "local", "to": f"python:{other_python}", "generation": 1}
+    gens = [g for (g,) in conn.execute("SELECT generation FROM cells WHERE code LIKE '%sys%' ORDER BY id")]
+    assert gens == [2, 2, rows[2][0]]
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("python:relative/python", "absolute path"),
+    ("python:/nonexistent/bin/python", "does not exist"),
+    ("kernelspec:no-such-kernel", "no kernelspec named 'no-such-kernel'"),
+    ("nowhere", "no placement"),
+])
+def test_a_bad_spec_leaves_the_session_where_it_was(kernel, spec, words):
+    km, kc = kernel
+    execute(kc, "kept = 41")
+    pid = worker_pid(kc)
+    reply, _ = execute(kc, f"%klbr placement {spec}")
+    assert reply["content"]["status"] == "error" and words in reply["content"]["evalue"]
+    assert value(kc, "kept + 1") == 42 and worker_pid(kc) == pid
+    assert status(kc)["placement"] == "local"
+
+
+def test_an_interpreter_without_ipykernel_is_named(kernel, bare_python):
+    km, kc = kernel
+    execute(kc, "kept = 41")
+    reply, _ = execute(kc, f"%klbr placement python:{bare_python}")
+    assert reply["content"]["status"] == "error"
+    assert "has no ipykernel" in reply["content"]["evalue"] and str(bare_python) in reply["content"]["evalue"]
+    assert value(kc, "kept + 1") == 42
+
+
+def test_the_first_generation_runs_where_the_config_says(other_python):
+    with start_kernel(extra_arguments=[f"--Supervisor.placement=python:{other_python}"]) as (km, kc):
+        assert value(kc, "__import__('sys').executable") == str(other_python)
+        assert status(kc)["standby"] != "off"  # a spare on this machine is cheap: kept warm
+
+
+def test_a_bad_configured_placement_fails_loudly_never_falls_back_to_local(bare_python):
+    with start_kernel(extra_arguments=[f"--Supervisor.placement=python:{bare_python}"]) as (km, kc):
+        for _ in range(2):  # the next request tries again, and fails the same way
+            reply, _ = execute(kc, "1 + 1")
+            assert reply["content"]["ename"] == "WorkerStartFailed"
+            assert "has no ipykernel" in reply["content"]["evalue"]
+        reply, _ = execute(kc, "%klbr placement local")
+        assert reply["content"]["status"] == "ok"
+        assert value(kc, "1 + 1") == 2
+
+
+@pytest.fixture
+def kernelspec_dir(tmp_path) -> Path:
+    """A kernelspec only this test's kernel sees: ipykernel on the test's interpreter."""
+    spec = tmp_path / "specs" / "kernels" / "plain-ipykernel"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "plain ipykernel", "language": "python"}))
+    return tmp_path / "specs"
+
+
+def test_kernelspec_placement_resigns_with_a_fresh_key(tmp_path, kernelspec_dir):
+    path = os.pathsep.join([str(kernelspec_dir), os.environ["JUPYTER_PATH"]])
+    with start_kernel(env={"JUPYTER_PATH": path, "KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        reply, outputs = execute(kc, "%klbr placement kernelspec:plain-ipykernel")
+        assert reply["content"]["status"] == "ok", reply["content"]
+        assert "generation 2 runs on kernelspec:plain-ipykernel" in stream_text(outputs)
+        key = value(kc, "get_ipython().kernel.session.key")
+        assert key and key != km.session.key
+        # Everything still flows both ways through the re-signing: outputs, input, interrupts.
+        reply, outputs = execute(kc, "print('through'); 6 * 7")
+        assert stream_text(outputs) == "through\n" and results(outputs) == ["42"]
+        msg_id = kc.execute("answer = input('name? ')", allow_stdin=True)
+        request = kc.get_stdin_msg(timeout=30)
+        assert request["content"]["prompt"] == "name? "
+        kc.input("klbr")
+        execute_done = kc.get_shell_msg(timeout=30)
+        assert execute_done["parent_header"]["msg_id"] == msg_id and execute_done["content"]["status"] == "ok"
+        assert value(kc, "answer") == "klbr"
+        st = status(kc)
+        assert st["key"] == "its own, re-signed by the proxy" and st["standby"] == "off"
+        assert kc.kernel_info(reply=True)["content"]["banner"].splitlines()[0].endswith("kernelspec:plain-ipykernel)")
+        msg_id = kc.execute("print('asleep', flush=True); import time; time.sleep(60)")
+        while not (lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream")(
+                kc.get_iopub_msg(timeout=30)):
+            pass
+        km.interrupt_kernel()
+        reply, _ = collect(kc, msg_id)
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+        assert value(kc, "answer") == "klbr"  # the same generation, still serving
+
+
+def test_cell_code_relocates_when_its_cell_ends(tmp_path, other_python, bare_python):
+    with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        reply, _ = execute(kc, f"from klbr_kernel import host\ntry:\n    host.relocate('python:{bare_python}')\n"
+                               "except host.HostError as e:\n    refused = (e.code, str(e))")
+        code, text = value(kc, "refused")
+        assert code == "invalid" and "has no ipykernel" in text
+        reply, outputs = execute(kc, f"host.relocate('python:{other_python}'); print('finishes here')")
+        assert reply["content"]["status"] == "ok" and stream_text(outputs) == "finishes here\n"
+        # The move happens once the cell has ended; the next cell waits for the new generation.
+        assert value(kc, "__import__('sys').executable") == str(other_python)
+        assert status(kc)["placement"] == f"python:{other_python}"
