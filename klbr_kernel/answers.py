@@ -94,6 +94,12 @@ class Answers:
         proxy = self.proxy
         if req.phase is Phase.DONE:
             return
+        if req.phase is Phase.ANSWERED:
+            # Answered already, its reply held for an outcome commit that has not landed (a locked
+            # database): at shutdown that answer goes out now; the commit still lands, or the
+            # store's close reports it (shutdown wins, semantics 13).
+            proxy.delivery.release(req)
+            return
         proxy.forget(req)
         req.move(Phase.ANSWERED)
         content = {"status": "aborted"}
@@ -102,6 +108,16 @@ class Answers:
         else:
             proxy.cell_log.answered(req, content)
         proxy.replies.own(req, content if req.msg_type in QUEUED else None)
+        req.move(Phase.DONE)
+
+    def refuse_forwarded(self, req: Request, error: CellError) -> None:
+        """comm or control traffic no worker will take (a crash loop): its bracket closes now, and
+        a control request that expects a reply gets `error`."""
+        proxy = self.proxy
+        proxy.forget(req)
+        req.move(Phase.ANSWERED)
+        content = {"status": "error", **error.content()} if req.expects_reply else None
+        proxy.replies.own(req, content)
         req.move(Phase.DONE)
 
     def output(self, req: Request, msg_type: str, content: dict) -> None:
@@ -179,7 +195,7 @@ class Answers:
             try:
                 pending = ([proxy.queue.inflight] if proxy.queue.inflight else []) + proxy.queue.clear() + proxy.held
                 for r in pending:
-                    self.abort(r)
+                    proxy.guard(r, self.abort, r)  # one that fails costs itself, not the others
                 if req is not None:
                     content = {"status": "ok", "restart": bool(req.content.get("restart", False))}
                     req.move(Phase.ANSWERED)

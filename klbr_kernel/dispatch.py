@@ -17,7 +17,7 @@ from klbr_supervisor.wire import Wire
 from . import door
 from .kernel_info import kernel_info_content
 from .magics import MagicError, cell_timeout, line_magics
-from .outcomes import CellError
+from .outcomes import CellError, refusal_error
 from .requests import OWN, QUEUED, SUBSHELL, Phase, Request
 
 if TYPE_CHECKING:
@@ -120,6 +120,10 @@ class Dispatch:
         proxy = self.proxy
         gen = proxy.generation
         if gen is None:
+            refusal = proxy.supervisor.refusal(None)
+            if refusal is not None:  # a crash loop: no generation comes until `%klbr restart`
+                proxy.answers.refuse_forwarded(req, refusal_error(refusal))
+                return
             proxy.held.append(req)
             proxy.supervisor.ensure_started()
             return

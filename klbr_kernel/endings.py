@@ -22,7 +22,7 @@ from klbr_supervisor.generation import Generation
 from klbr_supervisor.policy import may_retry
 from klbr_supervisor.states import Ending, EndReason
 
-from .outcomes import CellError, ending_error, timeout_error
+from .outcomes import CellError, ending_error, refusal_error, timeout_error
 from .requests import CONTROL_REPLIES, QUEUED, Phase, Request
 
 if TYPE_CHECKING:
@@ -70,6 +70,10 @@ class Endings:
                 proxy.guard(req, self._answer_failed_start, req, ending, generation)
             proxy.held.clear()
         elif proxy.supervisor.crash_loop is not None:
+            refusal = proxy.supervisor.refusal(None)
+            held, proxy.held = proxy.held, []
+            for req in held:  # comm and control traffic that waited for a generation
+                proxy.guard(req, proxy.answers.refuse_forwarded, req, refusal_error(refusal))
             proxy.pump()  # everything queued is refused with the crash-loop error
 
     def _close_forwarded(self, req: Request, ending: Ending, generation: Generation) -> None:

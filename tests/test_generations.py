@@ -176,6 +176,20 @@ def test_the_crash_loop_budget_stops_respawning_until_restart():
         assert "2 times" in reply["content"]["evalue"] and "%klbr restart" in reply["content"]["evalue"]
         _, outputs = execute(kc, "%klbr status")
         assert "crash loop" in stream_text(outputs)
+        # Traffic for the worker is not held for a generation that will not come.
+        usage = kc.session.msg("usage_request", {})
+        kc.control_channel.send(usage)
+        reply = kc.get_control_msg(timeout=10)
+        assert reply["parent_header"]["msg_id"] == usage["header"]["msg_id"]
+        assert reply["content"]["ename"] == "CrashLoop"
+        comm = kc.session.msg("comm_msg", {"comm_id": "nowhere", "data": {}})
+        kc.shell_channel.send(comm)
+        states = []
+        while "idle" not in states:
+            msg = kc.get_iopub_msg(timeout=10)
+            if msg["parent_header"].get("msg_id") == comm["header"]["msg_id"]:
+                states.append(msg["content"]["execution_state"])
+        assert states == ["busy", "idle"]
         reply, outputs = execute(kc, "%klbr restart")
         assert reply["content"]["status"] == "ok"
         reply, outputs = execute(kc, "1 + 1")

@@ -235,3 +235,24 @@ def test_shutdown_while_a_new_generation_is_starting_still_replies_at_once():
         assert reply["msg_type"] == "shutdown_reply"
         assert time.monotonic() - start < 3
         assert proxy.wait(timeout=5) == 0
+
+
+def test_shutdown_answers_a_cell_whose_outcome_is_still_committing(tmp_path):
+    """The cell's worker holds the database's write lock, so its outcome cannot commit: its reply is
+    held (semantics 3) when the shutdown comes, and a cell waits behind it. Shutdown wins: both are
+    answered, and so is the shutdown."""
+    db, log = tmp_path / "log.sqlite3", tmp_path / "kernel.log"
+    with start_kernel(extra_arguments=["--log-level=DEBUG"], env={"KLBR_DB": str(db)}, log=log) as (km, kc):
+        held = kc.execute("import sqlite3\nlock = sqlite3.connect(%r, isolation_level=None)\n"
+                          "lock.execute('BEGIN IMMEDIATE')\n'locked'" % str(db))
+        # The proxy has its reply and idle (and holds them): the worker is marked done with it.
+        until(lambda: "busy -> ready (cell done)" in log.read_text(), 30, "the cell is finished")
+        queued = kc.execute("'behind it'")
+        kc.shutdown()
+        reply = kc.get_control_msg(timeout=30)
+        assert reply["msg_type"] == "shutdown_reply" and reply["content"]["status"] == "ok"
+        answers = {}
+        while len(answers) < 2:
+            msg = kc.get_shell_msg(timeout=30)
+            answers[msg["parent_header"]["msg_id"]] = msg["content"]["status"]
+        assert answers == {held: "ok", queued: "aborted"}
