@@ -34,7 +34,7 @@ class Answers:
         proxy.replies.busy(req)
         if req.counts:
             announce = req.count is None  # the worker never said In[n] for it
-            req.count = proxy.supervisor.counts.answered(req.code, req.count)
+            req.count = proxy.supervisor.counts.answered(req.code, req.count, req.msg_id)
             if announce:
                 proxy.frontend.send_iopub("execute_input", {"code": req.code, "execution_count": req.count}, req.header)
                 self.notices(req)

@@ -160,14 +160,17 @@ class Delivery:
         if req.idle is None:
             return
         if req.expects_reply and req.reply is None:
-            asyncio.get_running_loop().call_later(NO_REPLY_GRACE, self.proxy.guarded(req, self._no_reply), req)
+            asyncio.get_running_loop().call_later(NO_REPLY_GRACE, self.proxy.guarded(req, self._no_reply),
+                                                  req, req.generation, req.idle)
             return
         self.finished(req)
 
-    def _no_reply(self, req: Request) -> None:
-        """The worker went idle for `req` long ago and never replied: the proxy replies instead."""
+    def _no_reply(self, req: Request, generation, idle: Wire) -> None:
+        """The worker went idle for `req` long ago and never replied: the proxy replies instead.
+        Unless `req` has moved on since (its generation ended and it was sent again: that idle is
+        not this try's)."""
         proxy = self.proxy
-        if req.phase is not Phase.SENT or req.reply is not None:
+        if req.phase is not Phase.SENT or req.reply is not None or req.generation is not generation or req.idle is not idle:
             return
         error = no_reply_error(req.msg_type, NO_REPLY_GRACE)
         content = {"status": "error", **error.content()}

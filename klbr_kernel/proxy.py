@@ -67,6 +67,9 @@ class Proxy:
         self.waiting: dict[str, Request] = {}
         # Forwarded-at-once requests that arrived while no generation was ready.
         self.held: list[Request] = []
+        # A request the boundary answered while its worker still runs it: (msg_id, generation). The
+        # queue waits for that worker's idle (semantics 11); what it still says goes nowhere.
+        self.abandoned: tuple[str, Generation] | None = None
         self.last_execute: Request | None = None
         self.open_comms: set[str] = set()  # comms open on the current generation's worker
         self.debugging = False  # a debug session runs on the current generation
@@ -122,10 +125,18 @@ class Proxy:
         if req.phase is Phase.DONE:
             return
         in_flight = req is self.queue.inflight
+        gen = req.generation
+        abandoned = in_flight and req.phase is Phase.SENT and req.idle is None and gen is not None and gen.alive
         self.forget(req)
         req.phase = Phase.DONE  # the boundary ends a request from whatever phase it was in
         req.end_followers()
-        if req.msg_type == "execute_request":
+        if abandoned:
+            # Its worker still runs it, and nothing here follows it any more: it is interrupted
+            # (the ladder kills the worker if it does not stop), and the next request waits for it.
+            self.abandoned = (req.msg_id, gen)
+            if req.msg_type == "execute_request":
+                self.start(self.supervisor.interrupt(), "interrupting a cell answered InternalError")
+        elif req.msg_type == "execute_request":
             self.supervisor.cells.finished(req.msg_id)  # its deadline is not the next cell's
         error = internal_error(req.msg_type, exc)
         try:
@@ -160,6 +171,12 @@ class Proxy:
         self.dispatch.message(channel, wire)
 
     def worker_message(self, generation: Generation, channel: str, wire: Wire) -> None:
+        if self.abandoned is not None and wire.parent_id == self.abandoned[0]:
+            if channel == "iopub" and wire.msg_type == "status" and wire.content.get("execution_state") == "idle":
+                self.abandoned = None  # the worker is free again
+                self.supervisor.cells.finished(wire.parent_id)
+                self.pump()
+            return
         req = self.waiting.get(wire.parent_id)
         self.guard(req, self.delivery.message, channel, wire, req)
 
@@ -167,6 +184,8 @@ class Proxy:
         self.guard(None, self.endings.ready, generation)
 
     def generation_ended(self, generation: Generation, ending: Ending) -> None:
+        if self.abandoned is not None and self.abandoned[1] is generation:
+            self.abandoned = None
         self.guard(None, self.endings.ended, generation, ending)
 
     def host_note(self, msg_id: str, text: str) -> None:
@@ -180,7 +199,7 @@ class Proxy:
 
     def pump(self) -> None:
         """Start the next queued request: answered here, refused, or sent to the current generation."""
-        while self.queue.inflight is None and self.queue.waiting and not self.stopping:
+        while self.queue.inflight is None and self.abandoned is None and self.queue.waiting and not self.stopping:
             req = self.queue.waiting[0]
             try:
                 if not self._start(req):

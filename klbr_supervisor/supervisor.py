@@ -313,8 +313,10 @@ class Supervisor(LoggingConfigurable):
         gen = self.current
         if gen is None or not gen.alive:
             return False
-        if counts and gen.next_count != self.counts.last + 1:
-            gen.sync_count(self.counts.last, self.counts.catch_up())
+        if counts:
+            if gen.next_count != self.counts.last + 1:
+                gen.sync_count(self.counts.last, self.counts.catch_up())
+            self.counts.reserve(msg_id)
         self.cells.sent(msg_id, code, gen, timeout, cell_id)
         return gen.send("shell", frames)
 

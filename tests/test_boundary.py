@@ -97,3 +97,36 @@ def test_a_failing_interrupt_is_answered_and_the_kernel_keeps_serving(tmp_path):
         reply, outputs = execute(kc, "6 * 7")
         assert reply["content"]["status"] == "ok" and time.monotonic() - started < 10
         assert km.is_alive()
+
+
+PLANTED_OUTPUT = '''
+import klbr_kernel.delivery as delivery
+
+
+def planted(where):
+    raise RuntimeError(f"planted bug in {where}")
+
+
+_iopub = delivery.Delivery._iopub
+def iopub(self, wire, req):
+    if wire.msg_type == "stream" and "plant-output" in str(wire.content.get("text")):
+        planted("the output path")
+    return _iopub(self, wire, req)
+delivery.Delivery._iopub = iopub
+'''
+
+
+def test_a_cell_answered_internal_error_mid_run_is_stopped_before_the_next_runs(tmp_path):
+    """The relay fails on a running cell's output: the cell is answered at once, and its worker, which
+    still runs it, is interrupted. Nothing of it reaches the frontend after its idle, and the next
+    cell runs only once the worker is free (semantics 11)."""
+    (tmp_path / "jupyter_klbr_config.py").write_text(PLANTED_OUTPUT)
+    with start_kernel(env={"JUPYTER_CONFIG_DIR": str(tmp_path)}, log=tmp_path / "kernel.log") as (km, kc):
+        seen = []
+        reply, outputs = execute(kc, "import time\nprint('plant-output', flush=True)\n"
+                                     "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+                                     "    print('late', flush=True)\n    stopped = True", seen=seen)
+        _internal_error(reply, "execute_request", "the output path")
+        reply, outputs = execute(kc, "stopped", seen=seen, timeout=60)
+        assert reply["content"]["status"] == "ok" and outputs[-2]["content"]["data"]["text/plain"] == "True"
+        assert not [m for m in seen if m["msg_type"] == "stream" and m["content"]["text"] == "late\n"]
