@@ -15,8 +15,8 @@ token and a key; every request is signed with the key (HMAC-SHA256 over the payl
 token, a call id and the msg_id of the cell it runs under, and every reply is signed the same way.
 A call that gets no reply in time is sent again with the same call id: the supervisor answers a
 repeated id from its record and carries out each call once. Calls are safe from several threads at
-once (a socket per thread); a thread remembers the cell that started it, so a thread that outlives
-its cell is told `not_running`.
+once (a socket per thread); work handed to another thread carries the cell it was handed over in
+(see `_cell`), so a thread that outlives its cell is told `not_running`.
 
 Wire format, both ways: [PROTOCOL, signature, payload]; payload is JSON. A request:
 {"call", "token", "cell", "method", "args"}; a reply: {"call", "ok": true, "result"} or
@@ -25,6 +25,9 @@ Wire format, both ways: [PROTOCOL, signature, payload]; payload is JSON. A reque
 
 from __future__ import annotations
 
+import concurrent.futures
+import contextvars
+import functools
 import hashlib
 import hmac
 import json
@@ -68,22 +71,62 @@ def _parent_msg_id() -> str | None:
     return None
 
 
-_thread_init = threading.Thread.__init__
-
-
-def _remembering_init(self, *args, **kwargs):
-    _thread_init(self, *args, **kwargs)
-    self._klbr_cell = getattr(threading.current_thread(), "_klbr_cell", None) or _parent_msg_id()
-
-
-threading.Thread.__init__ = _remembering_init  # threads started from now on know their cell
+_handed: contextvars.ContextVar[str | None] = contextvars.ContextVar("klbr_cell", default=None)
 
 
 def _cell() -> str | None:
-    thread = threading.current_thread()
-    if thread is threading.main_thread():
-        return _parent_msg_id()
-    return getattr(thread, "_klbr_cell", None) or _parent_msg_id()
+    """The cell a call is made for: the cell during which the work making it was handed over.
+
+    Work is handed over at two points, both stamped with the cell running then: a thread created
+    (`Thread.__init__`: its target) and a callable submitted to a `ThreadPoolExecutor` (asyncio's
+    default executor is one), for as long as that callable runs. The innermost stamp wins; with none
+    (the main thread, a thread made before this module was imported), ipykernel's parent header.
+
+    Why not the parent header alone: in ipykernel 7 it is a context variable set in the context the
+    cell runs in, and a thread (before Python 3.14) starts in an empty context, where ipykernel falls
+    back to its global parent: the latest request, whichever cell that is. That is right for a pooled
+    thread running work submitted during the running cell, and wrong for a thread left over from an
+    earlier cell, which must be told `not_running`. A stamp on the thread alone is the opposite: a
+    pool's thread keeps the cell it was created in. Stamping each hand-over gets both right.
+    """
+    handed = _handed.get()
+    if handed is not None:
+        return handed
+    if threading.current_thread() is not threading.main_thread():
+        stamped = getattr(threading.current_thread(), "_klbr_cell", None)
+        if stamped is not None:
+            return stamped
+    return _parent_msg_id()
+
+
+_thread_init = threading.Thread.__init__
+
+
+def _stamping_init(self, *args, **kwargs):
+    _thread_init(self, *args, **kwargs)
+    self._klbr_cell = _cell()
+
+
+_submit = concurrent.futures.ThreadPoolExecutor.submit
+
+
+def _stamping_submit(self, fn, /, *args, **kwargs):
+    cell = _cell()
+
+    @functools.wraps(fn)
+    def handed(*args, **kwargs):
+        token = _handed.set(cell)
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            _handed.reset(token)
+
+    return _submit(self, handed, *args, **kwargs)
+
+
+# From now on, threads and pooled work know the cell they were handed over in.
+threading.Thread.__init__ = _stamping_init
+concurrent.futures.ThreadPoolExecutor.submit = _stamping_submit
 
 
 # -- the channel ------------------------------------------------------------------------------------

@@ -149,7 +149,7 @@ class Supervisor(LoggingConfigurable):
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tasks = self.cells.tasks = Tasks(tg, self.log)
-                self.host.start(f"ipc://{os.path.join(self._runtime_dir, 'host')}", self._zmq)
+                self.host.start(f"ipc://{os.path.join(self._runtime_dir, 'host')}", self._zmq, self._reaper)
                 self._launch(spare=False)  # first: the worker starts while the store opens
                 self.store.open(uuid=self.session.session, **self._labels)
                 await self._stopped.wait()
@@ -290,6 +290,7 @@ class Supervisor(LoggingConfigurable):
     async def shutdown(self) -> None:
         """End every generation (SIGTERM, SIGKILL after `kill_grace`); nothing respawns."""
         self._stopping = True
+        self.host.shutdown()  # its commands end too: `run` waits for their tasks
         try:
             await asyncio.gather(*(g.stop(EndReason.SHUTDOWN, self.kill_grace) for g in list(self._live)))
         finally:
@@ -343,6 +344,7 @@ class Supervisor(LoggingConfigurable):
                                             "requested": argument})
 
     def _cell_finished(self, cell) -> None:
+        self.host.cell_ended(cell.msg_id)
         action = self._after.pop(cell.msg_id, None)
         if action is not None and not self._stopping:
             kind, argument = action

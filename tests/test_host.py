@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import time
 from contextlib import contextmanager
 
 import pytest
 
-from conftest import execute, process_gone, results, start_kernel, stream_text, until, worker_pid
+from conftest import collect, execute, process_gone, results, start_kernel, stream_text, until, worker_pid
+from klbr_supervisor.host.record import LARGE, AnswerRecord
 
 
 @contextmanager
@@ -78,6 +80,59 @@ def test_a_command_past_its_timeout_ends_with_its_whole_group(tmp_path):
         found = value(kc, "host.run(['sh', '-c', 'sleep 600 & echo $! > child; sleep 600'], timeout=1)")
         assert found["timed_out"] and found["duration"] < 30
         assert process_gone(int((workspace / "child").read_text()))
+
+
+def long_command(workspace) -> str:
+    """A `host.run` call whose command writes its pid to `workspace/pid` and then sleeps for long."""
+    pid = workspace / "pid"
+    return f"host.run(['sh', '-c', 'echo $$ > {pid}.new && mv {pid}.new {pid} && exec sleep 120'], timeout=600)"
+
+
+def started(workspace) -> int:
+    """The pid of the `long_command`, once it runs."""
+    until((workspace / "pid").exists, 60, "the command has started")
+    return int((workspace / "pid").read_text())
+
+
+def test_a_shutdown_during_a_command_ends_it_and_the_kernel_at_once(tmp_path):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        kc.execute(long_command(workspace))
+        pid, proxy = started(workspace), km.provisioner.process
+        start = time.monotonic()
+        kc.shutdown()
+        assert proxy.wait(timeout=30) == 0  # by itself: jupyter_client does not have to kill it
+        elapsed = time.monotonic() - start
+        assert elapsed < 3, f"the kernel exited {elapsed:.1f} s after the shutdown request"
+        assert process_gone(pid)
+
+
+def test_an_interrupted_cell_ends_its_command(tmp_path):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        msg_id = kc.execute(long_command(workspace))
+        pid = started(workspace)
+        km.interrupt_kernel()
+        reply, _ = collect(kc, msg_id, timeout=30)
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+        assert process_gone(pid)
+        assert results(execute(kc, "1 + 1")[1]) == ["2"]
+
+
+def test_a_lost_generation_ends_the_command_of_its_cell(tmp_path):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        code = (f"import os, threading, time\nthreading.Thread(target=lambda: {long_command(workspace)}).start()\n"
+                f"while not os.path.exists({str(workspace / 'pid')!r}):\n    time.sleep(0.01)\n"
+                "os.kill(os.getpid(), 9)")
+        reply, _ = execute(kc, code, timeout=60)
+        assert reply["content"]["ename"] == "WorkerLost"
+        assert process_gone(started(workspace))
+
+
+def test_a_killed_kernel_leaves_no_command_behind(tmp_path):
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        kc.execute(long_command(workspace))
+        pid = started(workspace)
+        os.kill(km.provisioner.process.pid, signal.SIGKILL)  # the reaper is left to end it
+        assert process_gone(pid, timeout=30)
 
 
 @pytest.mark.parametrize("call, code", [
@@ -155,6 +210,27 @@ def test_a_thread_that_outlives_its_cell_is_not_running(tmp_path):
         assert value(kc, "late['code']") == "not_running"
 
 
+def test_a_pooled_thread_calls_for_the_cell_that_handed_it_work(tmp_path):
+    """A pool made in one cell and used in the next (and asyncio's default executor, used twice):
+    each call is the running cell's."""
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        execute(kc, "import asyncio, concurrent.futures\npool = concurrent.futures.ThreadPoolExecutor(1)\n"
+                    "first = [pool.submit(host.inspect).result()['cell'],\n"
+                    "         (await asyncio.get_running_loop().run_in_executor(None, host.inspect))['cell']]")
+        execute(kc, """\
+here, second = host.inspect()['cell'], []
+for use in (lambda: pool.submit(host.inspect).result(), lambda: asyncio.get_running_loop().run_in_executor(None, host.inspect)):
+    try:
+        found = use()
+        second.append((await found if asyncio.isfuture(found) else found)['cell'])
+    except host.HostError as e:
+        second.append(e.code)
+""")
+        first, second, here = value(kc, "[first, second, here]")
+        assert first[0] == first[1] != here
+        assert second == [here, here]
+
+
 def test_a_call_from_an_ended_generation_is_stale(tmp_path):
     with host_kernel(tmp_path) as (km, kc, workspace):
         go, out = workspace / "go", workspace / "out"
@@ -186,20 +262,80 @@ def test_the_129th_call_of_a_cell_is_refused_and_the_next_cell_has_a_new_budget(
         assert value(kc, "host.keys()") == []  # the next cell has a new budget
 
 
+# A client of the test's own in the worker: `frames(call, method, args)` is a signed request, and
+# `answers_until(call)` the call ids of the answers read up to `call`'s, and that answer.
+RAW_CLIENT = """\
+import json, os, zmq
+from klbr_kernel.host import PROTOCOL, sign, _cell
+s = zmq.Context.instance().socket(zmq.DEALER); s.connect(os.environ['KLBR_HOST_ENDPOINT'])
+def frames(call, method, args):
+    payload = json.dumps({'call': call, 'token': os.environ['KLBR_HOST_TOKEN'], 'cell': _cell(),
+                          'method': method, 'args': args}).encode()
+    return [PROTOCOL, sign(os.environ['KLBR_HOST_KEY'].encode(), payload), payload]
+def answers_until(call):
+    calls = []
+    while True:
+        assert s.poll(60000), 'no answer'
+        answer = json.loads(s.recv_multipart()[2])
+        calls.append(answer['call'])
+        if answer['call'] == call:
+            return calls, answer
+"""
+
+
 def test_a_call_sent_again_is_answered_once_and_runs_once(tmp_path):
-    """The same call id twice (a client resending after a silence): two answers, one command."""
+    """The same call id sent again while it runs (a client resending after a silence) is one more
+    caller of the same answer, not one more answer; sent again after its answer, it is answered
+    from the record. All on one socket, so every answer sent before the last one has come first."""
     with host_kernel(tmp_path) as (km, kc, workspace):
-        code = ("import json, os, uuid, zmq\nfrom klbr_kernel.host import PROTOCOL, sign, _cell\n"
-                "s = zmq.Context.instance().socket(zmq.DEALER); s.connect(os.environ['KLBR_HOST_ENDPOINT'])\n"
-                "payload = json.dumps({'call': uuid.uuid4().hex, 'token': os.environ['KLBR_HOST_TOKEN'], 'cell': _cell(),"
-                " 'method': 'run', 'args': {'argv': ['sh', '-c', 'echo once >> ran; sleep 0.5']}}).encode()\n"
-                "frames = [PROTOCOL, sign(os.environ['KLBR_HOST_KEY'].encode(), payload), payload]\n"
-                "s.send_multipart(frames); s.send_multipart(frames)\n"
-                "answers = [json.loads(s.recv_multipart()[2]) for _ in range(2)]\n"
-                "print(json.dumps([a['ok'] for a in answers] + [answers[0] == answers[1]]))")
+        go = workspace / "go"
+        code = (f"{RAW_CLIENT}run = frames('A', 'run', {{'argv': ['sh', '-c', "
+                f"'echo once >> ran; while [ ! -e {go} ]; do sleep 0.01; done']}})\n"
+                "s.send_multipart(run); s.send_multipart(run); s.send_multipart(frames('B', 'keys', {}))\n"
+                "before, _ = answers_until('B')  # both sends of A were taken in before B\n"
+                f"open({str(go)!r}, 'w').close()\n"
+                "first, answer = answers_until('A')\n"
+                "s.send_multipart(run); s.send_multipart(frames('C', 'keys', {}))\n"
+                "later, _ = answers_until('C')\n"
+                "print(json.dumps([before, first, later, answer['ok']]))")
         _, outputs = execute(kc, code, timeout=60)
-        assert json.loads(stream_text(outputs, "stdout")) == [True, True, True]
+        assert json.loads(stream_text(outputs, "stdout")) == [["B"], ["A"], ["A", "C"], True]
         assert (workspace / "ran").read_text() == "once\n"
+
+
+def test_a_call_sent_again_after_its_large_answer_was_let_go_is_told_so(tmp_path):
+    """An answer of 8 MB is sent once and not kept: the call sent again is told `too_large`, and the
+    command does not run again."""
+    with host_kernel(tmp_path) as (km, kc, workspace):
+        command = ("echo once >> ran; head -c 4000000 /dev/zero | tr '\\0' x; "
+                   "head -c 4000000 /dev/zero | tr '\\0' y >&2")
+        code = (f"{RAW_CLIENT}big = frames('L', 'run', {{'argv': ['sh', '-c', {command!r}], 'max_output': 4000000}})\n"
+                "s.send_multipart(big); _, first = answers_until('L')\n"
+                "s.send_multipart(big); _, again = answers_until('L')\n"
+                "print(json.dumps([first['ok'], len(first['result']['stdout']), first['result']['stderr'][:1], "
+                "again['ok'], again.get('code')]))")
+        _, outputs = execute(kc, code, timeout=60)
+        assert json.loads(stream_text(outputs, "stdout")) == [True, 4000000, "y", False, "too_large"]
+        assert (workspace / "ran").read_text() == "once\n"
+
+
+def test_the_answers_kept_are_bounded_by_bytes_large_ones_first():
+    record = AnswerRecord(max_bytes=10 * LARGE)
+    for i in range(8):
+        record.add(f"small{i}", {"call": f"small{i}", "ok": True, "result": "s" * (LARGE // 2)})
+    record.add("large", {"call": "large", "ok": True, "result": "l" * (3 * LARGE)})
+    record.add("larger", {"call": "larger", "ok": True, "result": "l" * (4 * LARGE)})  # over: "large" goes
+    assert record.bytes <= 10 * LARGE
+    assert record.get("large")["code"] == "too_large" and record.get("larger")["ok"]
+    assert all(record.get(f"small{i}")["ok"] for i in range(8))
+    record.add("largest", {"call": "largest", "ok": True, "result": "l" * (20 * LARGE)})  # never kept
+    assert record.get("largest")["code"] == "too_large" and record.get("larger")["code"] == "too_large"
+    assert all(record.get(f"small{i}")["ok"] for i in range(8))  # the large ones went first
+    for i in range(8, 21):
+        record.add(f"small{i}", {"call": f"small{i}", "ok": True, "result": "s" * (LARGE // 2)})
+    assert record.get("small0")["code"] == "timeout" and record.get("small20")["ok"]
+    assert record.bytes <= 10 * LARGE
+    assert record.get("unknown") is None
 
 
 def test_forged_and_garbled_calls_are_dropped_and_the_kernel_serves_on(tmp_path):

@@ -49,9 +49,22 @@ def sign(key: bytes, payload: bytes) -> bytes:
     return hmac.new(key, payload, hashlib.sha256).hexdigest().encode()
 
 
+@dataclass(frozen=True)
+class Answer:
+    """`answer(reply)` signs and sends `reply` to the caller; two answers to one caller (the same
+    ROUTER identity: a client sending its call again) are equal, so a call is answered once each."""
+
+    send: Callable[[bytes, bytes, dict], None]
+    identity: bytes
+    key: bytes
+
+    def __call__(self, reply: dict) -> None:
+        self.send(self.identity, self.key, reply)
+
+
 class HostChannel:
     """Created by the `HostService` on the loop; `handle(token, request, answer)` gets each request
-    whose token is known and whose signature holds; `answer(reply)` signs and sends the reply."""
+    whose token is known and whose signature holds, with its `Answer`."""
 
     def __init__(self, endpoint: str, context: zmq.Context, handle: Callable, log: logging.Logger):
         self.endpoint = endpoint
@@ -93,7 +106,7 @@ class HostChannel:
         key = self._keys.get(request["token"])
         if key is None or not hmac.compare_digest(signature, sign(key, payload)):
             return self._drop("unknown token or bad signature")
-        self._handle(request["token"], request, lambda reply: self._send(identity, key, reply))
+        self._handle(request["token"], request, Answer(self._send, identity, key))
 
     def _send(self, identity: bytes, key: bytes, reply: dict) -> None:
         payload = json.dumps(reply).encode()

@@ -1,10 +1,10 @@
 """`host.run`: a command on the supervisor's machine, confined to the workspace and bounded.
 
 `check` refuses what must not run, each refusal a `Refused` with its code (`invalid`, `forbidden`);
-`run` runs what passed: in a process group of its own, stdin from the call or /dev/null, its output
-read as it comes and kept up to `max_output` bytes each, its whole group ended (SIGTERM, then
-SIGKILL after `kill_grace`) at the timeout, and whatever it left in its group killed when it ends.
-It never blocks the loop (asyncio subprocesses).
+a `Run` runs what passed: in a process group of its own, stdin from the call or /dev/null, its
+output read as it comes and kept up to `max_output` bytes each, its whole group ended (SIGTERM, then
+SIGKILL after `kill_grace`) at the timeout or when it is stopped, and whatever it left in its group
+killed when it ends. It never blocks the loop (asyncio subprocesses).
 """
 
 from __future__ import annotations
@@ -15,6 +15,10 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ..reaper import Reaper
 
 MAX_TIMEOUT = 3600.0
 MAX_OUTPUT = 4_000_000  # bytes of stdout (and of stderr) one reply carries at the most
@@ -82,25 +86,96 @@ def check(args: dict, workspace: Path, time_left: float | None) -> Command:
                    stdin.encode("utf-8", "surrogateescape") if stdin is not None else None, float(timeout), max_output)
 
 
-async def run(command: Command, kill_grace: float) -> dict:
-    """Run `command`; its result as `host.run` returns it."""
-    started = time.monotonic()
-    try:
-        process = await asyncio.create_subprocess_exec(
-            *command.argv, cwd=command.cwd, env=command.env, start_new_session=True,
-            stdin=asyncio.subprocess.PIPE if command.stdin is not None else asyncio.subprocess.DEVNULL,
-            stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
-    except OSError as e:
-        raise Refused("invalid", f"cannot run {command.argv[0]!r}: {e.strerror or e}") from None
-    outputs = await asyncio.gather(_bounded(process.stdout, command.max_output),
-                                   _bounded(process.stderr, command.max_output),
-                                   _finish(process, command, kill_grace))
-    (stdout, stdout_cut), (stderr, stderr_cut), timed_out = outputs
-    return {
-        "exit_code": process.returncode, "stdout": stdout.decode("utf-8", "replace"),
-        "stderr": stderr.decode("utf-8", "replace"), "timed_out": timed_out, "stdout_truncated": stdout_cut,
-        "stderr_truncated": stderr_cut, "duration": round(time.monotonic() - started, 6),
-    }
+class Run:
+    """One `host.run` under way, made by the `HostService`, which keeps it until it ends and calls
+    `stop` when it must end early (its cell ended, its generation was retired, the kernel shuts down).
+    Its process group is watched by the `reaper` while it may hold processes, so a SIGKILLed kernel
+    leaves none of it either."""
+
+    def __init__(self, command: Command, kill_grace: float, reaper: Reaper | None):
+        self.command = command
+        self.kill_grace = kill_grace
+        self.pgid: int | None = None
+        self._reaper = reaper
+        self._stopped: Refused | None = None  # why it was stopped: what its caller is told
+        self._clock: asyncio.Timeout | None = None  # its timeout, while it runs to it
+
+    def stop(self, code: str, message: str) -> None:
+        """End it now as its timeout would (SIGTERM to its group, SIGKILL after `kill_grace`); its
+        call is answered `code`. Called on the loop; a no-op once it is ending."""
+        if self._stopped is not None:
+            return
+        self._stopped = Refused(code, message)
+        clock = self._clock
+        if clock is not None and not clock.expired():
+            clock.reschedule(asyncio.get_running_loop().time())
+
+    def kill(self) -> None:
+        """SIGKILL its group at once (`HostService.close`, when nothing can wait any more)."""
+        if self.pgid is not None:
+            _killpg(self.pgid, signal.SIGKILL)
+
+    async def run(self) -> dict:
+        """Its result as `host.run` returns it, or `Refused` (it could not start, or was stopped)."""
+        command, started = self.command, time.monotonic()
+        if self._stopped is not None:  # stopped before it started (its cell ended at once)
+            raise self._stopped
+        try:
+            process = await asyncio.create_subprocess_exec(
+                *command.argv, cwd=command.cwd, env=command.env, start_new_session=True,
+                stdin=asyncio.subprocess.PIPE if command.stdin is not None else asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+        except OSError as e:
+            raise Refused("invalid", f"cannot run {command.argv[0]!r}: {e.strerror or e}") from None
+        self.pgid = process.pid  # start_new_session: its pid is its group's id
+        if self._reaper is not None:
+            self._reaper.watch(self.pgid)
+        try:
+            outputs = await asyncio.gather(_bounded(process.stdout, command.max_output),
+                                           _bounded(process.stderr, command.max_output), self._finish(process))
+        finally:
+            if self._reaper is not None:
+                self._reaper.forget(self.pgid)  # `_finish` has killed the group
+        if self._stopped is not None:
+            raise self._stopped
+        (stdout, stdout_cut), (stderr, stderr_cut), timed_out = outputs
+        return {
+            "exit_code": process.returncode, "stdout": stdout.decode("utf-8", "replace"),
+            "stderr": stderr.decode("utf-8", "replace"), "timed_out": timed_out, "stdout_truncated": stdout_cut,
+            "stderr_truncated": stderr_cut, "duration": round(time.monotonic() - started, 6),
+        }
+
+    async def _finish(self, process: asyncio.subprocess.Process) -> bool:
+        """Feed stdin, wait for the end; at the timeout (or a `stop`) the whole group gets SIGTERM,
+        then SIGKILL. True when the timeout ended it. The clock runs while stdin is fed too, so a
+        command that never reads it cannot hold the call past its timeout."""
+        command = self.command
+        try:
+            async with asyncio.timeout(0 if self._stopped else command.timeout) as self._clock:
+                if command.stdin is not None:
+                    try:
+                        process.stdin.write(command.stdin)
+                        await process.stdin.drain()
+                    except (BrokenPipeError, ConnectionResetError):
+                        pass
+                    process.stdin.close()
+                await process.wait()
+            return False
+        except TimeoutError:
+            self._clock = None
+            _killpg(process.pid, signal.SIGTERM)
+            try:
+                async with asyncio.timeout(self.kill_grace):
+                    await process.wait()
+            except TimeoutError:
+                _killpg(process.pid, signal.SIGKILL)
+                await process.wait()
+            return self._stopped is None
+        finally:
+            self._clock = None
+            # What it left running in its group goes with it: nothing outlives the call, nor holds
+            # its pipes (the readers end); and so when the call is cancelled (the task group ends).
+            _killpg(process.pid, signal.SIGKILL)
 
 
 async def _bounded(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, bool]:
@@ -111,34 +186,6 @@ async def _bounded(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, boo
         kept += chunk[:max(0, room)]
         cut = cut or len(chunk) > room
     return bytes(kept), cut
-
-
-async def _finish(process: asyncio.subprocess.Process, command: Command, kill_grace: float) -> bool:
-    """Feed stdin, wait for the end; at the timeout the whole group gets SIGTERM, then SIGKILL.
-    True when the timeout ended it."""
-    if command.stdin is not None:
-        try:
-            process.stdin.write(command.stdin)
-            await process.stdin.drain()
-        except (BrokenPipeError, ConnectionResetError):
-            pass
-        process.stdin.close()
-    try:
-        async with asyncio.timeout(command.timeout):
-            await process.wait()
-        timed_out = False
-    except TimeoutError:
-        timed_out = True
-        _killpg(process.pid, signal.SIGTERM)
-        try:
-            async with asyncio.timeout(kill_grace):
-                await process.wait()
-        except TimeoutError:
-            _killpg(process.pid, signal.SIGKILL)
-            await process.wait()
-    # What it left running in its group goes with it: nothing outlives the call, nor holds its pipes.
-    _killpg(process.pid, signal.SIGKILL)
-    return timed_out
 
 
 def _killpg(pgid: int, sig: int) -> None:

@@ -5,14 +5,19 @@ this order, each failure answered with its code: a known call id is answered fro
 client sending again after a silence: the effect happens once); an ended generation's token gets
 `stale_generation`; a cell that is not the one running (a thread that outlived its cell) gets
 `not_running`; the cell's budget (`max_requests_per_cell`) spent gets `budget_exhausted`; then the
-call's own checks (`invalid`, `forbidden`, `too_large`). It can be driven from a test with no proxy.
+call's own checks (`invalid`, `forbidden`, `too_large`). A call sent again while it is carried out
+is answered once, when it is done; one sent again later, from the `AnswerRecord`.
+
+It keeps the `host.run` commands under way, and ends each (its process group: SIGTERM, then SIGKILL
+after `kill_grace`) when the cell that started it ends however it ends (`cell_ended`: its reply, an
+interrupt's reply; `retire`: the loss of its generation), and at `shutdown`; the reaper watches
+their groups, so a SIGKILLed kernel leaves none. It can be driven from a test with no proxy.
 """
 
 from __future__ import annotations
 
 import json
 import os
-from collections import OrderedDict
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -22,16 +27,17 @@ from traitlets.config import LoggingConfigurable
 
 from ..store import queries
 from . import commands
-from .channel import Credentials, HostChannel
+from .channel import Answer, Credentials, HostChannel
+from .record import AnswerRecord
 
 if TYPE_CHECKING:
     from ..generation import Generation
+    from ..reaper import Reaper
     from ..supervisor import Supervisor
 
 MAX_KEY = 256  # characters of a kv key
 MAX_VALUE = 2**20  # bytes of a kv value's JSON
 MAX_NOTE = 65536  # characters of a note
-_REMEMBERED = 4096  # answered call ids kept, for calls sent again
 
 
 class HostService(LoggingConfigurable):
@@ -46,16 +52,31 @@ class HostService(LoggingConfigurable):
         self.supervisor = supervisor
         self.channel: HostChannel | None = None
         self._generations: dict[str, Generation] = {}  # token -> live generation
-        self._answers: OrderedDict[str, dict] = OrderedDict()  # call id -> its reply
-        self._pending: dict[str, list[Callable]] = {}  # call id -> answers waiting for it (a command runs)
+        self._answers = AnswerRecord()  # call id -> its reply
+        self._pending: dict[str, set[Answer]] = {}  # call id -> its callers, while it is carried out
+        self._runs: dict[commands.Run, tuple[Generation, str]] = {}  # commands under way -> their cell
+        self._reaper: Reaper | None = None
         self._budget_cell: str | None = None
         self._budget_used = 0
 
-    def start(self, endpoint: str, context) -> None:
-        """Bind the channel (on the loop, once the supervisor runs)."""
+    def start(self, endpoint: str, context, reaper: Reaper | None = None) -> None:
+        """Bind the channel (on the loop, once the supervisor runs); `reaper` watches the commands."""
         self.channel = HostChannel(endpoint, context, self._handle, self.log)
+        self._reaper = reaper
+
+    def cell_ended(self, msg_id: str) -> None:
+        """The cell `msg_id` ended with its reply (an interrupted one too): its commands end."""
+        self._stop(lambda gen, cell: cell == msg_id, "not_running",
+                   "the cell that started this command ended, and the command was ended with it")
+
+    def shutdown(self) -> None:
+        """The kernel shuts down: every command ends (within `kill_grace`), so the supervisor can."""
+        self._stop(lambda gen, cell: True, "stale_generation", "the kernel shut down; the command was ended")
 
     def close(self) -> None:
+        """The supervisor is done: what may still run is SIGKILLed, and the socket closed."""
+        for run in self._runs:
+            run.kill()
         if self.channel is not None:
             self.channel.close()
 
@@ -67,9 +88,16 @@ class HostService(LoggingConfigurable):
 
     def retire(self, credentials: Credentials) -> None:
         """Its generation ended: its late calls are told `stale_generation`."""
-        self._generations.pop(credentials.token, None)
+        generation = self._generations.pop(credentials.token, None)
         if self.channel is not None:
             self.channel.retire(credentials.token)
+        self._stop(lambda gen, cell: gen is generation, "stale_generation",
+                   "the generation that started this command ended, and the command was ended with it")
+
+    def _stop(self, which: Callable[[Generation, str], bool], code: str, message: str) -> None:
+        for run, (generation, cell) in list(self._runs.items()):
+            if which(generation, cell):
+                run.stop(code, message)
 
     @property
     def root(self) -> Path:
@@ -83,15 +111,15 @@ class HostService(LoggingConfigurable):
 
     # -- a request ---------------------------------------------------------------------------------
 
-    def _handle(self, token: str, request: dict, answer: Callable[[dict], None]) -> None:
+    def _handle(self, token: str, request: dict, answer: Answer) -> None:
         call = request.get("call")
         if not isinstance(call, str) or not call:
             return answer(_refused(None, "invalid", "a request needs a call id"))
-        if call in self._answers:
-            return answer(self._answers[call])
         if call in self._pending:
-            self._pending[call].append(answer)
+            self._pending[call].add(answer)  # a caller sending again: still one answer for it
             return
+        if (reply := self._answers.get(call)) is not None:
+            return answer(reply)
         reply = self._refusal(token, request)
         if reply is None:
             method = getattr(self, f"_call_{request.get('method')}", None)
@@ -99,7 +127,7 @@ class HostService(LoggingConfigurable):
             if method is None or not isinstance(args, dict):
                 reply = _refused(call, "invalid", f"no host call {request.get('method')!r} with those arguments")
             else:
-                self._pending[call] = [answer]
+                self._pending[call] = {answer}
                 try:
                     method(call, args, lambda result, c=call: self._done(c, {"call": c, "ok": True, "result": result}))
                 except commands.Refused as e:
@@ -130,15 +158,12 @@ class HostService(LoggingConfigurable):
 
     def _done(self, call: str, reply: dict) -> None:
         self._record(call, reply)
-        for answer in self._pending.pop(call, []):
+        for answer in self._pending.pop(call, ()):
             answer(reply)
 
     def _record(self, call: str | None, reply: dict) -> None:
-        if call is None:
-            return
-        self._answers[call] = reply
-        while len(self._answers) > _REMEMBERED:
-            self._answers.popitem(last=False)
+        if call is not None:
+            self._answers.add(call, reply)
 
     # -- the calls: each gets (call id, args, done(result)); a refusal raises commands.Refused -------
 
@@ -160,13 +185,16 @@ class HostService(LoggingConfigurable):
     def _call_run(self, call: str, args: dict, done: Callable) -> None:
         cell = self.supervisor.cells.cell
         time_left = cell.deadline.remaining() if cell.deadline is not None else None
-        command = commands.check(args, self.root, time_left)
+        running = commands.Run(commands.check(args, self.root, time_left), self.supervisor.kill_grace, self._reaper)
+        self._runs[running] = (cell.generation, cell.msg_id)
 
         async def run() -> None:
             try:
-                done(await commands.run(command, self.supervisor.kill_grace))
+                done(await running.run())
             except commands.Refused as e:
                 self._done(call, _refused(call, e.code, str(e)))
+            finally:
+                del self._runs[running]
 
         self.supervisor.start_task(run(), "a host command",
                                    lambda e: self._done(call, _refused(call, "invalid", f"the command failed: {e}")))
