@@ -127,15 +127,15 @@ class Delivery:
             state = wire.content.get("execution_state")
             if state == "busy" and not req.busy_sent:
                 req.busy_sent = True
-                proxy.frontend.forward("iopub", wire.prefix, wire.frames())
+                proxy.frontend.publish(wire)
                 if req.msg_type == "execute_request" and req is proxy.queue.inflight:
                     proxy.supervisor.cells.started(req.msg_id)
             elif state == "idle" and req.idle is None:
                 req.idle = wire
-                self._hold(req, lambda: proxy.frontend.forward("iopub", wire.prefix, wire.frames()))
+                self._hold(req, lambda: (proxy.replies.dropped_notice(req), proxy.frontend.publish(wire)))
                 self._check_done(req)
             return
-        proxy.frontend.forward("iopub", wire.prefix, wire.frames())
+        proxy.frontend.publish(wire)
         if msg_type in OUTPUT_TYPES:
             if req is not None:
                 if req.record is not None:

@@ -34,7 +34,10 @@ from klbr_supervisor.protocol import DELIM
 from .heartbeat import Heartbeat
 from .kernel_info import PROTOCOL_VERSION, kernel_info_content
 
-IOPUB_BACKLOG = 10_000
+# Messages ZMQ queues per iopub subscriber before a send fails and the message waits in the
+# proxy's `outbox` (ipykernel's PUB drops at 1000 instead). Counted in messages, so kept short: the
+# outbox bounds bytes.
+IOPUB_QUEUE = 200
 _KINDS = {"shell": zmq.ROUTER, "control": zmq.ROUTER, "stdin": zmq.ROUTER, "iopub": zmq.XPUB}
 
 
@@ -83,10 +86,10 @@ def bind(info: dict, context: zmq.Context) -> tuple[dict[str, zmq.Socket], Heart
                 # topic: a frontend that connects while another is attached still gets its
                 # iopub_welcome, and the proxy knows when no one is subscribed.
                 sock.setsockopt(zmq.XPUB_VERBOSER, 1)
-                # A frontend that reads slower than a cell prints may lag this many messages
-                # before the oldest are dropped, as a PUB drops at its high-water mark (ZMQ's and
-                # ipykernel's: 1000, which a reading client on a busy machine falls behind by).
-                sock.sndhwm = IOPUB_BACKLOG
+                # A subscriber that falls this far behind makes a send fail, never drop silently:
+                # the message waits in the proxy's `outbox`, which decides what may be dropped.
+                sock.sndhwm = IOPUB_QUEUE
+                sock.setsockopt(zmq.XPUB_NODROP, 1)
             sock.bind(channel_url(info, name))
         heartbeat = Heartbeat(context, channel_url(info, "hb"))
     except BaseException:
@@ -201,7 +204,10 @@ class _Responder(threading.Thread):
 
     def _publish(self, msg_type: str, content: dict, parent: dict, topic: bytes | None = None) -> None:
         prefix = topic or f"kernel.klbr.{msg_type}".encode()
-        self._bound.sockets["iopub"].send_multipart([prefix, *self._message(msg_type, content, parent)])
+        try:  # a subscriber that reads nothing must not stall the start: this status is dropped
+            self._bound.sockets["iopub"].send_multipart([prefix, *self._message(msg_type, content, parent)], zmq.NOBLOCK)
+        except zmq.Again:
+            pass
 
     def _message(self, msg_type: str, content: dict, parent: dict, metadata: dict | None = None) -> list[bytes]:
         header = {"msg_id": prelaunch.new_id(), "session": self._bound.session_id, "username": "kernel",

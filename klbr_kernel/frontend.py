@@ -22,6 +22,7 @@ from klbr_supervisor.wire import MalformedMessage, Wire
 
 from . import early
 from .heartbeat import Heartbeat
+from .outbox import Outbox
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +41,7 @@ class Frontend:
         self._context = zmq.Context.instance()
         self._channels: dict[str, Channel] = {}
         self._heartbeat: Heartbeat | None = None
+        self.outbox: Outbox | None = None  # iopub's: waits for slow frontends, drops only outputs
         self.subscriptions = 0  # live iopub subscriptions: 0 means nobody sees what is published
         # Signatures already taken, oldest first, bounded as jupyter_client bounds its digest history.
         self._seen: dict[bytes, None] = {}
@@ -61,11 +63,15 @@ class Frontend:
         for name, sock in sockets.items():
             handler = self._subscription if name == "iopub" else (lambda f, n=name: self._received(n, f))
             self._channels[name] = Channel(f"frontend.{name}", sock, handler)
+        self.outbox = Outbox(self._channels["iopub"])
 
     def close(self) -> None:
         """Called once at exit; lingers up to a second so the last replies reach the frontend."""
         if self._heartbeat is not None:
             self._heartbeat.stop()
+        if self.outbox is not None:
+            self.outbox.flush()  # what the socket still takes goes out with the linger
+            self.outbox.close()
         for ch in self._channels.values():
             ch.close(linger=1000)
 
@@ -131,10 +137,12 @@ class Frontend:
         msg = self.session.msg(msg_type, content, parent=parent, metadata=metadata)
         return self._channels[channel].send(idents + self.session.serialize(msg), copy=True)
 
-    def send_iopub(self, msg_type: str, content: dict, parent: dict | None, topic: bytes | None = None) -> None:
+    def send_iopub(self, msg_type: str, content: dict, parent: dict | None, topic: bytes | None = None,
+                   keep: bool = False) -> None:
+        """The proxy's own iopub message; `keep`: never dropped, even when it is an output."""
         msg = self.session.msg(msg_type, content, parent=parent or {})
         prefix = [topic] if topic else [f"kernel.klbr.{msg_type}".encode()]
-        self._channels["iopub"].send(prefix + self.session.serialize(msg), copy=True)
+        self.outbox.send(prefix + self.session.serialize(msg), msg_type, copy=True, keep=keep)
 
     def status(self, state: str, parent: dict) -> None:
         self.send_iopub("status", {"execution_state": state}, parent)
@@ -143,3 +151,8 @@ class Frontend:
         """Frames already signed with the frontend's key: sent as they are. False when dropped, or,
         on shell and stdin, when no frontend of that identity is connected (see `stdin`)."""
         return self._channels[channel].send(idents + frames)
+
+    def publish(self, wire: Wire) -> None:
+        """A worker's iopub message, untouched, through the `outbox`."""
+        self.outbox.send(wire.prefix + wire.frames(), wire.msg_type)
+

@@ -34,7 +34,21 @@ class Replies:
             self.frontend.status("busy", req.header)
 
     def idle(self, req: Request) -> None:
+        self.dropped_notice(req)
         self.frontend.status("idle", req.header)
+
+    def dropped_notice(self, req: Request) -> None:
+        """Before `req`'s idle: if outputs of it were dropped for a frontend that did not keep up
+        (see `outbox`), say how many, and how to see them."""
+        dropped = self.frontend.outbox.take_dropped(req.msg_id) if self.frontend.outbox else 0
+        if not dropped:
+            return
+        record = req.record
+        where = (f"the cell log has every one: `%klbr replay {record.id}`" if record is not None and record.id is not None
+                 else "they were not recorded either")
+        text = (f"klbr: {dropped} outputs of this request were not delivered, because the frontend did not "
+                f"read them fast enough; {where}.\n")
+        self.frontend.send_iopub("stream", {"name": "stderr", "text": text}, req.header, keep=True)
 
     def reply(self, req: Request, content: dict) -> None:
         """Send the proxy's own reply to the frontend that asked (`orphaned` if it is gone)."""

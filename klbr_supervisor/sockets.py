@@ -3,7 +3,8 @@
 Sockets here are plain (non-asyncio) pyzmq sockets whose edge-triggered FD is watched with
 ``loop.add_reader``. Every message is handed to a synchronous callback on the loop thread, so the
 forwarding path has no per-message futures or tasks. Sends never block: internal sockets have no
-high-water mark, and toward a frontend a full queue drops, as a PUB socket does in ipykernel.
+high-water mark; toward a frontend, `offer` says when a queue is full, and the caller keeps the
+message (see `klbr_kernel.outbox`).
 
 A callback is the error boundary of what it receives (the proxy answers a request whose handling
 raised): a `Channel` catches nothing. An exception that still escapes a callback reaches asyncio's
@@ -26,6 +27,7 @@ _BATCH = 256
 _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE = int(zmq.SNDMORE)
 _POLLIN = int(zmq.POLLIN)
+_POLLOUT = int(zmq.POLLOUT)
 _EVENTS = int(zmq.EVENTS)
 
 
@@ -44,6 +46,7 @@ class Channel:
         self._fd = socket.getsockopt(zmq.FD)
         self._scheduled = False
         self.closed = False
+        self.on_writable: Callable[[], None] | None = None  # called when the socket may take sends again
         self._loop.add_reader(self._fd, self._drain)
         # Messages may already be queued; the FD only signals edges.
         self._schedule()
@@ -73,6 +76,25 @@ class Channel:
             self._schedule()
         return True
 
+    def offer(self, frames: Sequence, *, copy: bool = False) -> bool:
+        """Send one multipart message without blocking; False only when the queue is full (the
+        caller keeps it, to offer again once `on_writable` is called). Other failures are logged,
+        and the message counts as sent (there is nothing to retry)."""
+        if self.closed:
+            return True
+        send = self.socket.send
+        try:
+            for frame in frames[:-1]:
+                send(frame, _NOBLOCK | _SNDMORE, copy=copy)
+            send(frames[-1], _NOBLOCK, copy=copy)
+        except zmq.Again:
+            return False
+        except zmq.ZMQError as e:
+            log.warning("%s: send failed: %s", self.name, e)
+        finally:
+            self._schedule()
+        return True
+
     def drain(self) -> None:
         """Deliver every message already queued on the socket (used before a generation ends)."""
         try:
@@ -98,6 +120,8 @@ class Channel:
         more = True
         try:
             more = self._drain_batch()
+            if self.on_writable is not None and not self.closed and self.socket.getsockopt(_EVENTS) & _POLLOUT:
+                self.on_writable()
         finally:
             if more:  # also when a callback raised: what is queued behind it is not stranded
                 self._schedule()

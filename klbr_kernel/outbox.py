@@ -1,0 +1,117 @@
+"""iopub toward the frontends: what closes a request is never dropped, and memory stays bounded.
+
+ipykernel's iopub is a PUB socket: a subscriber that falls 1000 messages behind loses what comes
+next, silently, and when that is a cell's `idle`, nbclient and papermill wait for it forever. The
+proxy's iopub is an XPUB with ``XPUB_NODROP``: a send that finds a subscriber's queue full
+(`early.IOPUB_QUEUE` messages) fails instead, and the message waits here, in order, until the socket takes it
+again. Waiting outputs are bounded by `max_bytes`: past it, the oldest outputs (stream, displays,
+results) are dropped and counted per request; status, execute_input, errors and comm traffic are
+small and always kept. The cell log keeps every output whatever happens here, so a dropped one is
+one `%klbr replay` away; `dropped` tells the proxy how many a request lost.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections import deque
+
+from klbr_supervisor.protocol import DELIM
+from klbr_supervisor.sockets import Channel
+
+log = logging.getLogger(__name__)
+
+# Bytes of outputs that may wait here for a slow frontend before the oldest are dropped.
+MAX_BYTES = 64 * 2**20
+# Outputs: what may be dropped (and replayed from the cell log). Everything else is always kept.
+DROPPABLE = frozenset({"stream", "display_data", "update_display_data", "execute_result", "clear_output"})
+# How often to try again while messages wait (a safety net: the socket's FD also signals).
+_RETRY = 0.05
+
+
+def _parent_id(frames: list) -> str:
+    for i, frame in enumerate(frames):
+        if len(frame) == len(DELIM) and bytes(frame) == DELIM:
+            try:
+                return json.loads(bytes(frames[i + 3])).get("msg_id", "")
+            except (ValueError, IndexError, AttributeError):
+                return ""
+    return ""
+
+
+class Outbox:
+    def __init__(self, channel: Channel, max_bytes: int = MAX_BYTES):
+        self._channel = channel
+        self._waiting: deque[tuple[list, str, int, bool]] = deque()  # frames, msg_type, size, copy
+        self._bytes = 0  # of the droppable ones waiting
+        self.max_bytes = max_bytes
+        self.dropped: dict[str, int] = {}  # parent msg_id -> outputs dropped for it
+        self._timer: asyncio.TimerHandle | None = None
+        channel.on_writable = self.flush
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+    def send(self, frames: list, msg_type: str, *, copy: bool = False, keep: bool = False) -> None:
+        """Send now, or keep in order until the socket takes it; `keep`: never drop it."""
+        if not self._waiting and self._channel.offer(frames, copy=copy):
+            return
+        size = sum(len(f) for f in frames) if msg_type in DROPPABLE and not keep else 0
+        if size and self._bytes + size > self.max_bytes:
+            self._make_room(size)
+            if self._bytes + size > self.max_bytes:
+                self._drop(frames)
+                return
+        self._waiting.append((frames, msg_type, size, copy))
+        self._bytes += size
+        self._arm()
+
+    def flush(self) -> None:
+        """Send what waits, in order, until the socket is full again."""
+        self._timer = None
+        while self._waiting:
+            frames, _, size, copy = self._waiting[0]
+            if not self._channel.offer(frames, copy=copy):
+                break
+            self._waiting.popleft()
+            self._bytes -= size
+        self._arm()
+
+    def take_dropped(self, parent_id: str) -> int:
+        """How many outputs of request `parent_id` were dropped (counted once)."""
+        return self.dropped.pop(parent_id, 0)
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+    def _arm(self) -> None:
+        if self._waiting and self._timer is None and not self._channel.closed:
+            self._timer = asyncio.get_running_loop().call_later(_RETRY, self.flush)
+
+    def _make_room(self, size: int) -> None:
+        """Drop the oldest waiting outputs until `size` more bytes fit (or none is left)."""
+        kept: deque = deque()
+        while self._waiting and self._bytes + size > self.max_bytes:
+            entry = self._waiting.popleft()
+            if entry[2]:
+                self._bytes -= entry[2]
+                self._drop(entry[0])
+            else:
+                kept.append(entry)
+        kept.extend(self._waiting)
+        self._waiting = kept
+
+    def _drop(self, frames: list) -> None:
+        parent = _parent_id(frames)
+        count = self.dropped.get(parent, 0)
+        if count == 0:
+            log.warning("iopub: a frontend is not reading; outputs of %s are dropped (the cell log keeps them)",
+                        parent or "a request")
+        self.dropped[parent] = count + 1
+        if len(self.dropped) > 10_000:  # requests that never asked: forget the oldest
+            del self.dropped[next(iter(self.dropped))]
+
