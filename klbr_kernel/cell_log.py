@@ -115,5 +115,8 @@ class CellLog:
         if not self.is_cell(req) or not store.recording or store.paused:
             return
         record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, None)
-        store.answered(record, status=cell_status(content), count=content.get("execution_count"),
+        status = cell_status(content)
+        if status == "unknown":  # PlacementLost for a cell that never reached a worker: it never ran
+            status = "refused"
+        store.answered(record, status=status, count=content.get("execution_count"),
                        error=_error_text(content) or "", reply=content, outputs=outputs)

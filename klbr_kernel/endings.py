@@ -69,12 +69,11 @@ class Endings:
             for req in proxy.queue.clear() + proxy.held:
                 proxy.guard(req, self._answer_failed_start, req, ending, generation)
             proxy.held.clear()
-        elif proxy.supervisor.crash_loop is not None:
-            refusal = proxy.supervisor.refusal(None)
+        elif (refusal := proxy.supervisor.refusal(None)) is not None:  # a crash loop, a lost link
             held, proxy.held = proxy.held, []
             for req in held:  # comm and control traffic that waited for a generation
                 proxy.guard(req, proxy.answers.refuse_forwarded, req, refusal_error(refusal))
-            proxy.pump()  # everything queued is refused with the crash-loop error
+            proxy.pump()  # everything queued is refused with its error
 
     def _close_forwarded(self, req: Request, ending: Ending, generation: Generation) -> None:
         """comm and control traffic the worker never finished: close its bracket."""

@@ -19,6 +19,7 @@ ERRORS: dict[str, tuple[str, frozenset[EndReason]]] = {
     "WorkerLost": ("lost", frozenset({EndReason.LOST, EndReason.RESTART, EndReason.RELOCATED})),
     "WorkerKilled": ("killed", frozenset({EndReason.KILLED})),
     "WorkerStartFailed": ("error", frozenset({EndReason.START_FAILED})),
+    "PlacementLost": ("unknown", frozenset({EndReason.LINK_LOST})),
     "PoisonedCell": ("refused", frozenset()),
     "CrashLoop": ("refused", frozenset()),
     "SessionPaused": ("refused", frozenset()),
@@ -63,6 +64,11 @@ def ending_error(ending: Ending, *, generation: int, pid: int | None, cell: str)
             text += "\nLast lines of its stderr:\n" + ending.stderr_tail
         text += "\nThe next cell tries to start a new one."
         return CellError(ename, text)
+    if ending.reason is EndReason.LINK_LOST:
+        text = (f"{cell} was running in {who} when the link to it was lost: {ending.how}. Its outcome is "
+                "unknown (it may have run, in part or whole) and it is not re-run. Run `%klbr reconnect` for "
+                "a new generation on the same placement, or `%klbr placement SPEC`.")
+        return CellError(ename, text[0].upper() + text[1:])
     text = (
         f"{cell} was running in {who} when its worker ended: {ending.how}. "
         f"Its namespace is gone and nothing was re-run; the next cell runs in a new generation."
@@ -72,6 +78,13 @@ def ending_error(ending: Ending, *, generation: int, pid: int | None, cell: str)
 
 def refusal_error(refusal: Refusal) -> CellError:
     """The error for a cell the supervisor would not run (see `Supervisor.refusal`)."""
+    if refusal.reason == "placement_lost":
+        return CellError(
+            "PlacementLost",
+            f"The link to the workbench was lost ({refusal.detail}), and klbr does not start a second kernel "
+            "while the first may still run. Nothing ran. Run `%klbr reconnect` for a new generation on the same "
+            "placement, or `%klbr placement SPEC` to move.",
+        )
     if refusal.reason == "crash_loop":
         return CellError(
             "CrashLoop",

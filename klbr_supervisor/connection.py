@@ -97,6 +97,11 @@ class WorkerChannels:
         for ch in self._channels.values():
             ch.drain()
 
+    def deliver_queued(self) -> None:
+        """Deliver what has arrived and is queued, now (a worker whose link is lost says no more)."""
+        for ch in self._channels.values():
+            ch.drain()
+
     def close(self) -> None:
         """Stop all delivery at once (a stale generation has no voice) and release the sockets."""
         if self.closed:

@@ -32,6 +32,7 @@ from .launch import StderrTail, WorkerManager, WorkerSpecs, is_ipykernel, popen_
 from .placement import Placement, PlacementError
 from .reaper import Reaper
 from .resign import Resigner
+from .sockets import Channel
 from .states import TRANSITIONS, Ending, EndReason, GenerationState
 from .wire import Wire
 
@@ -63,6 +64,7 @@ class Generation:
         on_end: EndHandler,
         log: logging.Logger,
         host: Credentials,
+        link_timeout: float = 15.0,
     ):
         self.number = number
         self.host = host  # its worker's way back to the supervisor (`klbr_supervisor.host`)
@@ -102,6 +104,14 @@ class Generation:
         self._iopub_seen = False
         self._end_reason: EndReason | None = None
         self._drain_task: asyncio.Task | None = None
+        # A worker that does not share the frontend's key may run elsewhere: its link is watched
+        # (heartbeat, and every message it sends), and silence for `link_timeout` ends it LINK_LOST.
+        self._link_timeout = link_timeout
+        self._heartbeat: Channel | None = None
+        self._heard_at = time.monotonic()
+        self._link_timer: asyncio.TimerHandle | None = None
+        self._link_how: str | None = None
+        self._lost_task: asyncio.Task | None = None
         self.next_count = 1  # the execution count the worker will give its next counted cell
         self.state_was_ready = False  # it served (as opposed to failing to start)
 
@@ -146,7 +156,15 @@ class Generation:
             self._finish(Ending(EndReason.START_FAILED, None, f"could not be launched: {e}"))
             return False
         provisioner = self._km.provisioner
-        process = provisioner.process
+        process = getattr(provisioner, "process", None)
+        if process is None:
+            self.log.error("generation %d: %s runs its kernel where klbr cannot watch it", self.number,
+                           type(provisioner).__name__)
+            await self._release_manager()
+            self._finish(Ending(EndReason.START_FAILED, None,
+                                f"could not be watched: its provisioner ({type(provisioner).__name__}) runs the "
+                                "kernel in no local process, which this version of klbr does not supervise yet"))
+            return False
         self.pid, self.pgid = process.pid, provisioner.pgid
         if self.pgid:
             self._reaper.watch(self.pgid)
@@ -161,7 +179,7 @@ class Generation:
             await self._ended
             return False
         info = self._km.get_connection_info()
-        self._channels.connect({name: f"ipc://{info['ip']}-{info[name + '_port']}" for name in CHANNELS})
+        self._channels.connect({name: _endpoint(info, name) for name in CHANNELS})
         self._probe()
         try:
             async with asyncio.timeout(timeout):
@@ -174,6 +192,8 @@ class Generation:
             return False  # it died, or `stop` is ending it (a shutdown while it started)
         self._set_state(GenerationState.READY, "answered kernel_info")
         self.state_was_ready = True
+        if not self.shares_key and self._link_timeout > 0:
+            self._watch_link(_endpoint(info, "hb"))  # from now on, silence is a lost link
         return True
 
     def sync_count(self, last_count: int, texts: dict[int, str]) -> None:
@@ -314,7 +334,55 @@ class Generation:
         self._probe_ids.add(msg["header"]["msg_id"])
         self._channels.send("shell", self._session.serialize(msg))
 
+    # -- the link to a worker elsewhere ------------------------------------------------------------
+
+    def _watch_link(self, heartbeat: str) -> None:
+        """Ping the worker's heartbeat; any answer, and any message on its channels, is word from it."""
+        sock = self._zmq.socket(zmq.DEALER)
+        sock.linger = 0
+        sock.connect(heartbeat)
+        self._heartbeat = Channel(f"gen{self.number}.hb", sock, self._heard)
+        self._heard_at = time.monotonic()
+        self._beat()
+
+    def _heard(self, frames: list | None = None) -> None:
+        self._heard_at = time.monotonic()
+
+    def _beat(self) -> None:
+        self._link_timer = None
+        if self.state in (GenerationState.ENDING, GenerationState.ENDED):
+            return
+        silent = time.monotonic() - self._heard_at
+        if silent >= self._link_timeout:
+            self._link_lost(silent)
+            return
+        self._heartbeat.send([b"ping"])
+        self._link_timer = self._loop.call_later(min(1.0, self._link_timeout / 4), self._beat)
+
+    def _link_lost(self, silent: float) -> None:
+        """No word for `link_timeout`, and no exit reported: the outcome of what it ran is unknown.
+        What it can still be reached by ends it (its process group here, its provisioner's kill)."""
+        self._link_how = (f"no word from {self.placement} for {silent:.0f} s (Supervisor.link_timeout is "
+                          f"{self._link_timeout:g} s) and no exit reported")
+        self.log.error("generation %d (pid %s): %s", self.number, self.pid, self._link_how)
+        self.closing(EndReason.LINK_LOST)
+        self._lost_task = self._loop.create_task(self._end_lost_link())
+
+    async def _end_lost_link(self) -> None:
+        self._channels.deliver_queued()  # what it said before falling silent still counts
+        if self.pgid or self.pid:
+            self._killpg(signal.SIGKILL)  # the pidfd then reports the end, with the link's words
+            return
+        try:
+            async with asyncio.timeout(10):
+                await self._km.provisioner.kill(restart=False)
+        except Exception as e:
+            self.log.warning("generation %d: its provisioner could not kill it: %s", self.number, e)
+        self._finish(Ending(EndReason.LINK_LOST, None, self._link_how))
+
     def _received(self, channel: str, frames: list) -> None:
+        if self._heartbeat is not None:
+            self._heard_at = time.monotonic()
         try:
             if self._resigner is not None:
                 frames = self._resigner.from_worker(frames)
@@ -398,7 +466,8 @@ class Generation:
             reason = EndReason.LOST
         tail = self._stderr.text() if self._stderr is not None else ""
         await self._release_manager()
-        self._finish(Ending(reason, returncode, describe_exit(returncode), tail))
+        how = self._link_how if reason is EndReason.LINK_LOST and self._link_how else describe_exit(returncode)
+        self._finish(Ending(reason, returncode, how, tail))
 
     async def _release_manager(self) -> None:
         """The manager's connection file, ipc files and control socket go with the generation."""
@@ -415,6 +484,10 @@ class Generation:
         self.ending = ending
         self._set_state(GenerationState.ENDED, f"{ending.reason.value}: {ending.how}")
         self._channels.close()
+        if self._link_timer is not None:
+            self._link_timer.cancel()
+        if self._heartbeat is not None:
+            self._heartbeat.close()
         if self.pgid:
             self._killpg(signal.SIGKILL)  # whatever the worker started goes with it
             self._reaper.forget(self.pgid)
@@ -442,3 +515,11 @@ class Generation:
         if self.log.isEnabledFor(level):
             self.log.log(level, "generation %d (pid %s): %s -> %s (%s)", self.number, self.pid, self.state.value, new.value, why)
         self.state = new
+
+
+def _endpoint(info: dict, channel: str) -> str:
+    """The URL of a worker's `channel` from its connection info (ipc here; tcp from a provisioner)."""
+    port = info[f"{channel}_port"]
+    if info.get("transport", "tcp") == "ipc":
+        return f"ipc://{info['ip']}-{port}"
+    return f"tcp://{info['ip']}:{port}"

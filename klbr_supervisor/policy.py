@@ -144,6 +144,8 @@ def may_retry(msg_type: str, retried: bool) -> bool:
 class Refusal:
     """Why the supervisor will not run a cell now; the proxy words it for the notebook."""
 
-    reason: str  # "crash_loop": the restart budget is spent; "poisoned": this code killed its worker
+    reason: str  # "crash_loop": the restart budget is spent; "poisoned": this code killed its worker;
+    # "placement_lost": the link to a worker elsewhere was lost, and nothing starts until asked
     count: int  # restarts in the window, or losses in a row
     window: float = 0.0  # seconds the restarts were counted over
+    detail: str = ""  # placement_lost: the placement, and how its link was lost

@@ -32,6 +32,7 @@ class EndReason(enum.Enum):
     RELOCATED = "relocated"  # replaced by a generation on another placement
     SHUTDOWN = "shutdown"  # the kernel shut down
     START_FAILED = "start_failed"  # never became ready
+    LINK_LOST = "link_lost"  # a worker elsewhere fell silent with no exit reported: outcome unknown
 
 
 @dataclass(frozen=True)

@@ -85,6 +85,11 @@ class Supervisor(LoggingConfigurable):
         help="Let ipykernel workers keep IPython's own history database (history.sqlite). Off by default: "
              "the cell log is the history, and each cell skips a second SQLite write (~1.5 ms of CPU).",
     )
+    link_timeout = Float(
+        15.0, config=True,
+        help="Seconds a worker that does not share the frontend's key (kernelspec: placements) may be "
+             "silent, heartbeat included, before its link counts as lost (PlacementLost; 0 = never).",
+    )
     poison_after = Int(
         2, config=True,
         help="Refuse code whose worker died under it this many times in a row (0 = never refuse).",
@@ -122,6 +127,7 @@ class Supervisor(LoggingConfigurable):
         self._live: set[Generation] = set()
         self._numbers = itertools.count(1)
         self.crash_loop: int | None = None  # restarts used when the budget ran out
+        self.link_lost: str | None = None  # how the link was lost; nothing starts until asked
         self.counts = ExecutionCounts()
         self.cells = CellWatch(self.policy, self.kill_grace, self.log, self._cell_finished)
         self.host = HostService(self, parent=self)
@@ -176,6 +182,7 @@ class Supervisor(LoggingConfigurable):
             on_end=self._ended,
             log=self.log,
             host=Credentials.from_environ(host),
+            link_timeout=self.link_timeout,
         )
         self.host.admit(gen, gen.host)
         self._live.add(gen)
@@ -241,14 +248,15 @@ class Supervisor(LoggingConfigurable):
 
     def ensure_started(self) -> None:
         """Called by the proxy when a request waits: start a generation if none is alive or starting."""
-        if self.current is None and not self._stopping and self.crash_loop is None and not self._ending:
+        if (self.current is None and not self._stopping and self.crash_loop is None and self.link_lost is None
+                and not self._ending):
             self._takeover()
 
     async def restart(self) -> None:
         """`%klbr restart`: a new generation now; the budget, a crash loop and poison start over."""
         self.policy.reset_restarts()
         self.policy.clear_poison()
-        self.crash_loop = None
+        self.crash_loop = self.link_lost = None
         gen = self.current
         self.store.event("restart", {"generation": gen.number if gen else None})
         if gen is not None and gen.ending is None:
@@ -268,7 +276,7 @@ class Supervisor(LoggingConfigurable):
         old, before = self.current, self.where
         self.where, self._bad_placement = target, None
         self.policy.reset_restarts()
-        self.crash_loop = None
+        self.crash_loop = self.link_lost = None
         self.store.event("placement", {"from": before.spec, "to": target.spec,
                                        "generation": old.number if old else None})
         self.log.info("placement %s -> %s", before, target)
@@ -377,6 +385,8 @@ class Supervisor(LoggingConfigurable):
     def refusal(self, code: str | None) -> Refusal | None:
         """Why a request must not run now, if it must not: the restart budget is spent (nothing can
         run until `%klbr restart`), or `code` (an execute's) killed its worker too often in a row."""
+        if self.current is None and self.link_lost is not None:
+            return Refusal("placement_lost", 0, detail=self.link_lost)
         if self.current is None and self.crash_loop is not None:
             return Refusal("crash_loop", self.crash_loop, self.restart_window)
         if code is not None and self.policy.is_poisoned(code):
@@ -403,7 +413,8 @@ class Supervisor(LoggingConfigurable):
         return {
             "generation": gen.number if gen else None,
             "pid": gen.pid if gen else None,
-            "state": gen.state.value if gen else ("stopped: crash loop" if self.crash_loop is not None else "none"),
+            "state": gen.state.value if gen else ("stopped: link lost" if self.link_lost is not None
+                                                  else "stopped: crash loop" if self.crash_loop is not None else "none"),
             "uptime": gen.uptime if gen else None,
             "placement": self.where.spec,
             "standby": (spare.state.value if spare else "none") if self.standby_on else "off",
@@ -449,7 +460,14 @@ class Supervisor(LoggingConfigurable):
         self.cells.ended(gen, ending.reason)
         self.current = None
         # Decide before telling the proxy, so it can answer what waits (a crash loop, a failed start).
-        replace = not self._stopping and ending.reason is not EndReason.START_FAILED
+        replace = not self._stopping and ending.reason not in (EndReason.START_FAILED, EndReason.LINK_LOST)
+        if ending.reason is EndReason.LINK_LOST:
+            # Never a second kernel while the first may still run, never a silent fallback: the
+            # user says what next (`%klbr reconnect`, `%klbr placement`).
+            self.link_lost = f"{gen.placement}: {ending.how}"
+            self.store.event("link_lost", {"generation": gen.number, "placement": gen.placement.spec,
+                                           "how": ending.how})
+            self._stop_spare()
         if replace and ending.reason in _AUTOMATIC:
             if self.policy.may_restart():
                 self.policy.note_restart()

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sqlite3
 import sys
+import time
 import venv
 from pathlib import Path
 
@@ -18,7 +20,7 @@ import pytest
 
 from klbr_supervisor.placement import PlacementError, parse
 
-from conftest import collect, execute, results, start_kernel, stream_text, worker_pid
+from conftest import collect, execute, process_gone, results, start_kernel, stream_text, worker_pid
 
 ROOT = Path(__file__).parent.parent
 OTHER = ROOT / ".venv-ipykernel" / "bin" / "python"
@@ -192,3 +194,47 @@ def test_cell_code_relocates_when_its_cell_ends(tmp_path, other_python, bare_pyt
         # The move happens once the cell has ended; the next cell waits for the new generation.
         assert value(kc, "__import__('sys').executable") == str(other_python)
         assert status(kc)["placement"] == f"python:{other_python}"
+
+
+def _on_kernelspec(tmp_path, kernelspec_dir, *options):
+    path = os.pathsep.join([str(kernelspec_dir), os.environ["JUPYTER_PATH"]])
+    return start_kernel(extra_arguments=["--Supervisor.placement=kernelspec:plain-ipykernel", *options],
+                        env={"JUPYTER_PATH": path, "KLBR_DB": str(tmp_path / "log.sqlite3")})
+
+
+def test_a_silent_link_is_placement_lost_never_rerun_and_no_second_kernel(tmp_path, kernelspec_dir):
+    """The worker stops answering (SIGSTOP: a stalled link) mid-cell: PlacementLost within
+    link_timeout + 5 s, `unknown` in the store, refusals and no new kernel until `%klbr reconnect`."""
+    with _on_kernelspec(tmp_path, kernelspec_dir, "--Supervisor.link_timeout=2") as (km, kc):
+        execute(kc, "kept = 1")
+        pid = worker_pid(kc)
+        msg_id = kc.execute("print('running', flush=True)\nimport time\ntime.sleep(60)")
+        while not (lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream")(
+                kc.get_iopub_msg(timeout=30)):
+            pass
+        os.kill(pid, signal.SIGSTOP)
+        stopped = time.monotonic()
+        reply, outputs = collect(kc, msg_id, timeout=30)
+        assert reply["content"]["ename"] == "PlacementLost", reply["content"]
+        assert time.monotonic() - stopped < 2 + 5
+        assert "outcome is unknown" in reply["content"]["evalue"] and "%klbr reconnect" in reply["content"]["evalue"]
+        assert process_gone(pid), "the stalled kernel is ended, not left running"
+        for _ in range(2):
+            reply, _ = execute(kc, "1 + 1")
+            assert reply["content"]["ename"] == "PlacementLost" and "%klbr reconnect" in reply["content"]["evalue"]
+        assert status(kc)["state"] == "stopped: link lost"  # no second kernel meanwhile
+        reply, outputs = execute(kc, "%klbr reconnect")
+        assert reply["content"]["status"] == "ok" and "runs on kernelspec:plain-ipykernel" in stream_text(outputs)
+        assert value(kc, "1 + 1") == 2
+        assert execute(kc, "kept")[0]["content"]["ename"] == "NameError"
+    rows = sqlite3.connect(tmp_path / "log.sqlite3").execute("SELECT code, status FROM cells ORDER BY id").fetchall()
+    assert ("print('running', flush=True)\nimport time\ntime.sleep(60)", "unknown") in rows
+    assert [s for c, s in rows if c == "1 + 1"] == ["refused", "refused", "ok"]
+
+
+def test_a_worker_elsewhere_that_exits_is_worker_lost_and_replaced(tmp_path, kernelspec_dir):
+    with _on_kernelspec(tmp_path, kernelspec_dir) as (km, kc):
+        reply, _ = execute(kc, "import os; os._exit(3)")
+        assert reply["content"]["ename"] == "WorkerLost" and "exited with status 3" in reply["content"]["evalue"]
+        assert value(kc, "6 * 7") == 42
+        assert status(kc)["placement"] == "kernelspec:plain-ipykernel"
