@@ -18,12 +18,17 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from measures import (eight_at_once, host_calls, kernel, million_cell_listing, nbclient_100, pid_of_worker,
-                      recovery, replay_10k, rotated, rss_mib, run_cell, startup, store_cost, trivial_cells)
+                      placement_first_cell, recovery, replay_10k, rotated, rss_mib, run_cell, startup, store_cost,
+                      trivial_cells)
 
 KERNELS = {"klbr": "klbr", "ipykernel": "python3", "ipykernel A/A": "python3-aa"}
 # Not klbr, for reading its trivial-cell ratio: what a proxy process costs at the least (ipykernel
 # behind a C-level forwarder), and ipykernel started as klbr starts its workers (no IPython history db).
-EXPLAIN = {"hop floor": "klbr-bench-floor", "ipykernel, no history db": "python3-nohist"}
+EXPLAIN = {"hop floor": "klbr-bench-floor", "ipykernel, no history db": "python3-nohist",
+           "klbr, re-signed (kernelspec:)": "klbr-bench-resigned"}
+# `python:` placement's other interpreter: a venv with ipykernel only (`make bench` builds it).
+OTHER_PYTHON = Path(__file__).resolve().parent.parent / ".venv-ipykernel" / "bin" / "python"
+PLACED = "%klbr placement python: → first cell (s)"
 
 
 def _bench_kernelspecs() -> str:
@@ -32,8 +37,12 @@ def _bench_kernelspecs() -> str:
     root = tempfile.mkdtemp(prefix="klbr-bench-")
     ipykernel = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     forwarder = [sys.executable, str(Path(__file__).with_name("forwarder.py")), "-f", "{connection_file}"]
+    # klbr whose workers are a kernelspec (plain ipykernel): fresh key per generation, re-signed.
+    resigned = [sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}",
+                "--Supervisor.placement=kernelspec:python3-aa"]
+    other = [str(OTHER_PYTHON), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     for name, argv in (("python3-aa", ipykernel), ("python3-nohist", [*ipykernel, "--HistoryManager.enabled=False"]),
-                       ("klbr-bench-floor", forwarder)):
+                       ("klbr-bench-floor", forwarder), ("klbr-bench-resigned", resigned), ("python3-other", other)):
         spec = Path(root, "kernels", name)
         spec.mkdir(parents=True)
         (spec / "kernel.json").write_text(json.dumps({
@@ -57,6 +66,7 @@ def main() -> None:
     ap.add_argument("--readme", help="rewrite the table between the bench markers of this README")
     args = ap.parse_args()
     _bench_kernelspecs()
+    resigned = f"{args.output_mib} MiB output, klbr re-signed (kernelspec:) (s)"
     results: dict[str, dict[str, list[float]]] = {k: {} for k in [*KERNELS, *EXPLAIN]}
 
     def add(label: str, measure: str, value: float) -> None:
@@ -92,6 +102,18 @@ def main() -> None:
                 add(label, "worker RSS (MiB)", rss_mib(pid_of_worker(kc)))
                 for measure, value in recovery(label, km, kc).items():
                     add(label, measure, value)
+        with kernel("klbr-bench-resigned") as (_, kc):  # the re-signing path, against this round's plain one
+            run_cell(kc, "pass")
+            for _ in range(3):
+                add("klbr", resigned, run_cell(kc, code))
+        for label in ("ipykernel", "ipykernel A/A"):
+            results[label][resigned] = list(results[label][f"{args.output_mib} MiB output in 64 KiB writes (s)"])
+        with kernel("klbr") as (_, kc):  # a move to another interpreter, against its plain ipykernel's start
+            for label in rotated({"klbr": "", "ipykernel": "", "ipykernel A/A": ""}, r):
+                if label == "klbr":
+                    add(label, PLACED, placement_first_cell(kc, str(OTHER_PYTHON)))
+                else:
+                    add(label, PLACED, startup("python3-other")[1])
         for measure, value in store_cost(args.cells).items():
             add("klbr", measure, value)
         tmp = tempfile.mkdtemp(prefix="klbr-bench-nb-")

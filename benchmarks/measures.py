@@ -244,6 +244,16 @@ def replay_10k(kc) -> float:
     return run_cell(kc, "%klbr replay")
 
 
+def placement_first_cell(kc, python: str) -> float:
+    """`%klbr placement python:PATH` -> the first cell done on the new generation, in seconds."""
+    start = time.perf_counter()
+    run_cell(kc, f"%klbr placement python:{python}")
+    run_cell(kc, "pass")
+    elapsed = time.perf_counter() - start
+    run_cell(kc, "%klbr placement local")
+    return elapsed
+
+
 def rss_mib(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
