@@ -58,12 +58,8 @@ class Channel:
         caller decides what that means."""
         if self.closed:
             return False
-        send = self.socket.send
         try:
-            # A multipart message is queued atomically: if the first part goes, all parts go.
-            for frame in frames[:-1]:
-                send(frame, _NOBLOCK | _SNDMORE, copy=copy)
-            send(frames[-1], _NOBLOCK, copy=copy)
+            self._put(frames, copy)
         except zmq.Again:
             log.warning("%s: send queue full, message dropped", self.name)
             return False
@@ -71,9 +67,6 @@ class Channel:
             if e.errno != zmq.EHOSTUNREACH:
                 log.warning("%s: send failed: %s", self.name, e)
             return False
-        finally:
-            # A send can consume the FD's edge for messages that arrived meanwhile.
-            self._schedule()
         return True
 
     def offer(self, frames: Sequence, *, copy: bool = False) -> bool:
@@ -82,18 +75,24 @@ class Channel:
         and the message counts as sent (there is nothing to retry)."""
         if self.closed:
             return True
-        send = self.socket.send
         try:
-            for frame in frames[:-1]:
-                send(frame, _NOBLOCK | _SNDMORE, copy=copy)
-            send(frames[-1], _NOBLOCK, copy=copy)
+            self._put(frames, copy)
         except zmq.Again:
             return False
         except zmq.ZMQError as e:
             log.warning("%s: send failed: %s", self.name, e)
-        finally:
-            self._schedule()
         return True
+
+    def _put(self, frames: Sequence, copy: bool) -> None:
+        send = self.socket.send
+        try:
+            # A multipart message is queued atomically: if the first part goes, all parts go.
+            for frame in frames[:-1]:
+                send(frame, _NOBLOCK | _SNDMORE, copy=copy)
+            send(frames[-1], _NOBLOCK, copy=copy)
+        finally:
+            # A send can consume the FD's edge for messages that arrived meanwhile.
+            self._schedule()
 
     def drain(self) -> None:
         """Deliver every message already queued on the socket (used before a generation ends)."""

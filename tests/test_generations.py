@@ -121,7 +121,7 @@ def test_a_worker_hung_in_c_with_signals_blocked_is_killed(tmp_path):
         reply, _ = collect(kc, msg_id, timeout=10)
         assert reply["content"]["ename"] == "WorkerKilled"
         assert "killed by signal 9 (SIGKILL)" in reply["content"]["evalue"]
-        assert time.monotonic() - start < 1 + 1.0
+        assert time.monotonic() - start < 1 + 8  # the grace of 1 s, on a machine that may be busy
         assert process_gone(pid)
         reply, _ = execute(kc, "1 + 1")
         assert reply["content"]["status"] == "ok"
@@ -144,7 +144,7 @@ def test_a_deadline_past_an_ignored_interrupt_kills_the_generation():
         reply, _ = execute(kc, "misbehave()")
         assert reply["content"]["ename"] == "CellTimeout"
         assert "did not stop" in reply["content"]["evalue"]
-        assert time.monotonic() - start < 1 + 1 + 1.5
+        assert time.monotonic() - start < 1 + 1 + 8  # the ladder's 2 s, on a machine that may be busy
         reply, _ = execute(kc, "%klbr timeout 0\n")
         reply, _ = execute(kc, "1")
         assert reply["content"]["status"] == "ok"
