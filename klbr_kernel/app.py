@@ -50,6 +50,14 @@ class KlbrKernelApp(JupyterApp):
             self.exit(2)
         with open(self.connection_file) as f:
             info = json.load(f)
+        problem = prelaunch.signature_problem(info)
+        if problem is not None:
+            self.log.critical("klbr kernel: %s: %s; refusing to start", self.connection_file, problem)
+            self.exit(2)
+        if not info.get("key"):
+            self.log.warning("klbr kernel: %s has an empty key: messages are not signed, and anyone who can "
+                             "reach its sockets can run code as you. Jupyter writes a key unless told not to.",
+                             self.connection_file)
         session = Session(
             key=info.get("key", "").encode(),
             signature_scheme=info.get("signature_scheme", "hmac-sha256"),

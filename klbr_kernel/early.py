@@ -242,6 +242,8 @@ def start(argv: list[str]) -> None:
     try:
         with open(path) as f:
             info = json.load(f)
+        if prelaunch.signature_problem(info):
+            return  # the app refuses to start, and says why
         context = zmq.Context.instance()
         sockets, heartbeat = bind(info, context)
     except (OSError, TypeError, ValueError, KeyError, zmq.ZMQError):  # no file, bad JSON, port taken

@@ -48,6 +48,8 @@ def status_text(supervisor: Supervisor, cell_log: CellLog) -> str:
         ("placement", st["placement"]),
         ("worker", _identity(st["identity"])),
         ("key", st["key"] or "-"),
+        ("signed", f"yes, {st['signing']}" if st["signing"] else
+         "NO: the connection file's key is empty; anyone who can reach the kernel's sockets can run code"),
         ("standby", st["standby"]),
         ("restarts", f"{st['restarts']} of {st['restart_limit']} in the last {st['restart_window']:g} s"),
         ("cell timeout", f"{timeout:g} s" if timeout else "none"),

@@ -85,6 +85,19 @@ def new_id() -> str:
     return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
+def signature_problem(info: dict) -> str | None:
+    """Why the connection file's `signature_scheme` cannot sign messages, or None. Jupyter's schemes
+    are ``hmac-<hash>`` (hmac-sha256 by default); anything else is refused, never guessed at."""
+    scheme = info.get("signature_scheme", "hmac-sha256")
+    if not isinstance(scheme, str) or not scheme.startswith("hmac-"):
+        return f"signature_scheme {scheme!r} is not hmac-<hash> (as hmac-sha256)"
+    import hashlib  # only here: a bad file is rare, and the spawn below waits for no import
+
+    if scheme[5:] not in hashlib.algorithms_available:
+        return f"signature_scheme {scheme!r} names a hash this Python does not have"
+    return None
+
+
 def connection_file_arg(argv: list[str]) -> str | None:
     for i, arg in enumerate(argv):
         if arg in ("-f", "--f") and i + 1 < len(argv):
@@ -105,6 +118,8 @@ def start(argv: list[str]) -> None:
             info = json.load(f)
     except (OSError, ValueError):
         return  # the app reports a bad connection file properly
+    if not isinstance(info, dict) or signature_problem(info):
+        return  # the app refuses to start, and says why
     try:
         runtime = _private_dir()
     except OSError:

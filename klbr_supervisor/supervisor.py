@@ -425,6 +425,7 @@ class Supervisor(LoggingConfigurable):
             "cell_timeout": self.policy.timeout_for(),
             "interrupt_grace": self.policy.interrupt_grace,
             "identity": gen.identity() if gen and gen.alive else None,
+            "signing": self.session.signature_scheme if self.session.key else None,
         }
 
     # -- from generations --------------------------------------------------------------------------
