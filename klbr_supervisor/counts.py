@@ -1,6 +1,6 @@
 """Execution counts across generations (DESIGN.md semantics 4): `In[n]` never repeats in a session.
 
-No I/O. The frontend has been shown `last`. A worker assigns the counts of the cells it runs; a cell
+No I/O (`continue_code` only writes the code that tells a worker). The frontend has been shown `last`. A worker assigns the counts of the cells it runs; a cell
 the proxy answers itself (a `%klbr` cell, a refusal, a cell whose worker died) keeps the count the
 worker gave it or takes the next one, and its code is kept so that the next worker, told where to
 continue, fills in its `In[n]` too.
@@ -44,3 +44,19 @@ class ExecutionCounts:
         """What a worker that continues after `last` must put into `In` (then forgotten here)."""
         texts, self._texts = self._texts, {}
         return texts
+
+
+def continue_code(last_count: int, texts: dict[int, str]) -> str:
+    """IPython code that makes the worker's next execution count `last_count + 1`, `In` padded to
+    match: `texts[n]` for cells it never saw, empty strings for other gaps."""
+    return (
+        "def _klbr_sync(ip=get_ipython()):\n"
+        "    hist = ip.history_manager\n"
+        f"    texts = {texts!r}\n"
+        f"    while len(hist.input_hist_parsed) <= {last_count}:\n"
+        "        text = texts.get(len(hist.input_hist_parsed), '')\n"
+        "        hist.input_hist_parsed.append(text)\n"
+        "        hist.input_hist_raw.append(text)\n"
+        f"    ip.execution_count = {last_count + 1}\n"
+        "_klbr_sync(); del _klbr_sync\n"
+    )

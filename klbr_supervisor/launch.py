@@ -39,9 +39,16 @@ def kernel_name_for(placement, worker_kernel: str) -> str:
     return worker_kernel or OWN_INTERPRETER
 
 
-def is_ipykernel(kernel_name: str) -> bool:
-    """Whether klbr itself builds this kernel's command as ipykernel's (so it takes ipykernel's options)."""
-    return kernel_name in (OWN_INTERPRETER, PRELAUNCHED) or kernel_name.startswith(PYTHON_AT)
+def takes_ipykernel_options(kernel_name: str) -> bool:
+    """Whether the worker is an ipykernel, which takes `--Session.session` and friends on its
+    command line: klbr's own specs, or a kernelspec whose argv runs ipykernel."""
+    if kernel_name in (OWN_INTERPRETER, PRELAUNCHED) or kernel_name.startswith(PYTHON_AT):
+        return True
+    try:
+        argv = WorkerSpecs().get_kernel_spec(kernel_name).argv
+    except Exception:
+        return False
+    return any("ipykernel" in a for a in argv)
 
 
 class WorkerSpecs(KernelSpecManager):

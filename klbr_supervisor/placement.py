@@ -18,7 +18,12 @@ import asyncio
 import os
 from dataclasses import dataclass
 
+from .launch import WorkerSpecs
+
 KINDS = ("local", "python", "kernelspec")
+# What a provisioner is given of the kernel's environment.
+_MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "JUPYTER_PATH",
+                "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "VIRTUAL_ENV")
 
 
 class PlacementError(ValueError):
@@ -40,6 +45,13 @@ class Placement:
     def warm(self) -> bool:
         """Whether a warm spare is worth keeping by default."""
         return self.kind in ("local", "python")
+
+    def environ(self) -> dict[str, str]:
+        """Its worker's environment: the kernel's, on this machine under this user; a minimal one
+        for a provisioner (which may forward what it gets to another host)."""
+        if self.shares_key:
+            return dict(os.environ)
+        return {name: os.environ[name] for name in _MINIMAL_ENV if name in os.environ}
 
     def __str__(self) -> str:
         return self.spec
@@ -86,6 +98,17 @@ async def check(placement: Placement, kernelspecs) -> None:
             known = ", ".join(sorted(names)) or "none"
             raise PlacementError(f"{placement}: no kernelspec named {placement.target!r} is installed "
                                  f"(installed: {known})")
+
+
+async def problem(spec) -> str | None:
+    """Why `spec` is no placement a generation can run on, or None (`host.relocate` asks)."""
+    if not isinstance(spec, str):
+        return "a placement spec is a string, as in python:/usr/bin/python3"
+    try:
+        await check(parse(spec), WorkerSpecs())
+    except PlacementError as e:
+        return str(e)
+    return None
 
 
 async def _has_ipykernel(placement: Placement, path: str) -> None:

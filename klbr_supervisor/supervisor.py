@@ -13,12 +13,9 @@ import itertools
 import os
 import shutil
 import tempfile
-from typing import Protocol
 
 import zmq
 from jupyter_client.session import Session
-from traitlets import Bool, Float, Int, Unicode
-from traitlets.config import LoggingConfigurable
 
 from . import prelaunch
 from .counts import ExecutionCounts
@@ -29,7 +26,9 @@ from .launch import PRELAUNCHED, WorkerSpecs, kernel_name_for
 from .placement import Placement, PlacementError, check, parse
 from .policy import Policy, Refusal
 from .reaper import Reaper
+from .settings import SupervisorSettings
 from .ladder import CellWatch
+from .listener import WorkerListener
 from .states import Ending, EndReason
 from .store import Store
 from .tasks import Tasks
@@ -39,61 +38,8 @@ from .wire import Wire
 _AUTOMATIC = frozenset({EndReason.LOST, EndReason.KILLED, EndReason.DEADLINE})
 
 
-class WorkerListener(Protocol):
-    """What the supervisor tells its driver (the proxy kernel)."""
-
-    def worker_message(self, generation: Generation, channel: str, wire: Wire) -> None:
-        """A message from the current generation's shell, control, stdin or iopub channel."""
-
-    def generation_ready(self, generation: Generation) -> None:
-        """`generation` is now the current one and takes requests."""
-
-    def generation_ended(self, generation: Generation, ending: Ending) -> None:
-        """The current `generation` ended; everything it sent before was delivered first."""
-
-    def host_note(self, msg_id: str, text: str) -> None:
-        """The running cell `msg_id` left a note with `host.notify`: show it in its output."""
-
-
-class Supervisor(LoggingConfigurable):
-    worker_kernel = Unicode(
-        "", config=True,
-        help="Kernelspec name of the workbench; empty means ipykernel on the proxy's own interpreter.",
-    )
-    placement = Unicode(
-        "local", config=True,
-        help="Where the first generation runs: local, python:/abs/path/to/python or kernelspec:NAME; "
-             "`%klbr placement SPEC` moves the session later.",
-    )
-    startup_timeout = Float(60.0, config=True, help="Seconds a new generation has to answer kernel_info.")
-    cell_timeout = Float(0.0, config=True, help="Seconds a cell may run (0 = no limit); `%klbr timeout` overrides it.")
-    interrupt_grace = Float(
-        3.0, config=True,
-        help="Seconds an interrupted cell has to end before its generation is killed (WorkerKilled).",
-    )
-    kill_grace = Float(0.5, config=True, help="Seconds between SIGTERM and SIGKILL when a generation is ended.")
-    standby = Bool(
-        None, allow_none=True, config=True,
-        help="Keep one warm spare generation to take over at once (default: on for local and python: "
-             "placements, off for the rest, where a spare costs a pod or a remote process).",
-    )
-    standby_delay = Float(1.0, config=True, help="Seconds after a generation is ready before its spare starts.")
-    restart_limit = Int(5, config=True, help="Automatic new generations allowed per restart_window.")
-    restart_window = Float(300.0, config=True, help="Seconds over which restart_limit counts.")
-    ipython_history = Bool(
-        False, config=True,
-        help="Let ipykernel workers keep IPython's own history database (history.sqlite). Off by default: "
-             "the cell log is the history, and each cell skips a second SQLite write (~1.5 ms of CPU).",
-    )
-    link_timeout = Float(
-        15.0, config=True,
-        help="Seconds a worker that does not share the frontend's key (kernelspec: placements) may be "
-             "silent, heartbeat included, before its link counts as lost (PlacementLost; 0 = never).",
-    )
-    poison_after = Int(
-        2, config=True,
-        help="Refuse code whose worker died under it this many times in a row (0 = never refuse).",
-    )
+class Supervisor(SupervisorSettings):
+    """Configured as `Supervisor.*` (see `settings`)."""
 
     def __init__(self, listener: WorkerListener, *, session: Session, notebook: str | None = None,
                  kernel_name: str | None = None, **kwargs):
@@ -131,7 +77,6 @@ class Supervisor(LoggingConfigurable):
         self.counts = ExecutionCounts()
         self.cells = CellWatch(self.policy, self.kill_grace, self.log, self._cell_finished)
         self.host = HostService(self, parent=self)
-        self._after: dict[str, tuple[str, str]] = {}  # cell msg_id -> what its end brings (host.restart)
         self._stopping = False
         self._ending = False  # inside listener.generation_ended: the replacement is decided already
         self._stopped = asyncio.Event()
@@ -223,11 +168,6 @@ class Supervisor(LoggingConfigurable):
             raise PlacementError(self._bad_placement)
         if placement.kind != "local":
             await check(placement, WorkerSpecs())
-
-    @property
-    def standby_on(self) -> bool:
-        """`standby` as configured, else whether this placement keeps a spare by default."""
-        return self.standby if self.standby is not None else self.where.warm
 
     def _ensure_spare(self) -> None:
         if self.standby_on and self.spare is None and not self._stopping and self.crash_loop is None:
@@ -335,48 +275,8 @@ class Supervisor(LoggingConfigurable):
         if self.current is not None:
             self.current.next_count = count + 1
 
-    async def placement_problem(self, spec) -> str | None:
-        """Why `spec` is no placement a generation can run on, or None (`host.relocate`)."""
-        if not isinstance(spec, str):
-            return "a placement spec is a string, as in python:/usr/bin/python3"
-        try:
-            await check(parse(spec), WorkerSpecs())
-        except PlacementError as e:
-            return str(e)
-        return None
-
-    def after_cell(self, msg_id: str, action: str, argument: str) -> None:
-        """When the cell `msg_id` ends with its reply, `action` ("restart", "relocate") follows."""
-        self._after[msg_id] = (action, argument)
-        self.store.event(f"host_{action}", {"generation": self.current.number if self.current else None,
-                                            "requested": argument})
-
     def _cell_finished(self, cell) -> None:
-        self.host.cell_ended(cell.msg_id)
-        action = self._after.pop(cell.msg_id, None)
-        if action is not None and not self._stopping:
-            kind, argument = action
-            reason = EndReason.RESTART if kind == "restart" else EndReason.RELOCATED
-            # At once, before the proxy takes the next cell: that one runs on the new generation.
-            cell.generation.closing(reason)
-            self._tasks.start(self._renew(reason, argument), f"host.{kind}")
-
-    async def _renew(self, reason: EndReason, why: str) -> None:
-        """A new generation asked for by cell code (`host.restart`, `host.relocate`)."""
-        if reason is EndReason.RELOCATED:
-            try:
-                await self.relocate(why, check_first=False)  # checked when the cell asked
-            except PlacementError as e:  # it was fine when the cell asked; not any more
-                self.log.error("host.relocate(%r) could not be carried out: %s", why, e)
-                self.store.event("placement_failed", {"to": why, "error": str(e)})
-                gen = self.current  # closing already: it ends, and the next starts where it was
-                if gen is not None and gen.ending is None:
-                    await gen.stop(reason, self.kill_grace)
-            return
-        gen = self.current
-        if gen is not None and gen.ending is None:
-            self.log.info("generation %d ends at its cell's request (%s: %s)", gen.number, reason.value, why)
-            await gen.stop(reason, self.kill_grace)  # `_ended` hands over to the spare
+        self.host.cell_ended(cell, stopping=self._stopping)
 
     def start_task(self, work, what: str, on_error=None) -> None:
         """Background work of the supervisor's side services (a host command), failure logged."""
@@ -455,9 +355,6 @@ class Supervisor(LoggingConfigurable):
             return
         if gen is not self.current:
             return
-        cell = self.cells.cell
-        if cell is not None and cell.generation is gen:
-            self._after.pop(cell.msg_id, None)  # it ended with its generation: nothing follows
         self.cells.ended(gen, ending.reason)
         self.current = None
         # Decide before telling the proxy, so it can answer what waits (a crash loop, a failed start).

@@ -25,6 +25,8 @@ from typing import TYPE_CHECKING
 from traitlets import Int, Unicode
 from traitlets.config import LoggingConfigurable
 
+from ..placement import PlacementError, problem
+from ..states import EndReason
 from ..store import queries
 from . import commands
 from .channel import Answer, Credentials, HostChannel
@@ -55,6 +57,8 @@ class HostService(LoggingConfigurable):
         self._answers = AnswerRecord()  # call id -> its reply
         self._pending: dict[str, set[Answer]] = {}  # call id -> its callers, while it is carried out
         self._runs: dict[commands.Run, tuple[Generation, str]] = {}  # commands under way -> their cell
+        # What a cell asked for when it ends (`host.restart`, `host.relocate`): msg_id -> (kind, argument)
+        self._after: dict[str, tuple[str, str]] = {}
         self._reaper: Reaper | None = None
         self._budget_cell: str | None = None
         self._budget_used = 0
@@ -64,10 +68,40 @@ class HostService(LoggingConfigurable):
         self.channel = HostChannel(endpoint, context, self._handle, self.log)
         self._reaper = reaper
 
-    def cell_ended(self, msg_id: str) -> None:
-        """The cell `msg_id` ended with its reply (an interrupted one too): its commands end."""
-        self._stop(lambda gen, cell: cell == msg_id, "not_running",
+    def cell_ended(self, cell, stopping: bool = False) -> None:
+        """The running `cell` ended with its reply (an interrupted one too): its commands end, and
+        what it asked for follows (unless the kernel is `stopping`)."""
+        self._stop(lambda gen, msg_id: msg_id == cell.msg_id, "not_running",
                    "the cell that started this command ended, and the command was ended with it")
+        action = self._after.pop(cell.msg_id, None)
+        if action is not None and not stopping:
+            kind, argument = action
+            reason = EndReason.RESTART if kind == "restart" else EndReason.RELOCATED
+            # At once, before the proxy takes the next cell: that one runs on the new generation.
+            cell.generation.closing(reason)
+            self.supervisor.start_task(self._renew(reason, argument), f"host.{kind}")
+
+    def _after_cell(self, msg_id: str, kind: str, argument: str) -> None:
+        """When the cell `msg_id` ends with its reply, `kind` ("restart", "relocate") follows."""
+        self._after[msg_id] = (kind, argument)
+        current = self.supervisor.current
+        self.supervisor.store.event(f"host_{kind}", {"generation": current.number if current else None,
+                                                     "requested": argument})
+
+    async def _renew(self, reason: EndReason, why: str) -> None:
+        """The new generation the cell asked for; the current one is closing already."""
+        supervisor = self.supervisor
+        if reason is EndReason.RELOCATED:
+            try:
+                await supervisor.relocate(why, check_first=False)  # checked when the cell asked
+                return
+            except PlacementError as e:  # it was fine when the cell asked; not any more
+                self.log.error("host.relocate(%r) could not be carried out: %s", why, e)
+                supervisor.store.event("placement_failed", {"to": why, "error": str(e)})
+        gen = supervisor.current  # it ends, and the next starts where it was
+        if gen is not None and gen.ending is None:
+            self.log.info("generation %d ends at its cell's request (%s: %s)", gen.number, reason.value, why)
+            await gen.stop(reason, supervisor.kill_grace)  # the supervisor hands over to the spare
 
     def shutdown(self) -> None:
         """The kernel shuts down: every command ends (within `kill_grace`), so the supervisor can."""
@@ -91,6 +125,9 @@ class HostService(LoggingConfigurable):
         generation = self._generations.pop(credentials.token, None)
         if self.channel is not None:
             self.channel.retire(credentials.token)
+        cell = self.supervisor.cells.cell
+        if cell is not None and cell.generation is generation:
+            self._after.pop(cell.msg_id, None)  # it ended with its generation: nothing follows
         self._stop(lambda gen, cell: gen is generation, "stale_generation",
                    "the generation that started this command ended, and the command was ended with it")
 
@@ -251,21 +288,21 @@ class HostService(LoggingConfigurable):
         reason = args.get("reason")
         if not isinstance(reason, str) or not reason:
             raise commands.Refused("invalid", "restart needs a reason")
-        self.supervisor.after_cell(self.supervisor.cells.cell.msg_id, "restart", reason)
+        self._after_cell(self.supervisor.cells.cell.msg_id, "restart", reason)
         done(None)
 
     def _call_relocate(self, call: str, args: dict, done: Callable) -> None:
         spec, msg_id = args.get("spec"), self.supervisor.cells.cell.msg_id
 
         async def relocate() -> None:  # the check may start the interpreter: not on the loop's time
-            problem = await self.supervisor.placement_problem(spec)
+            why = await problem(spec)
             cell = self.supervisor.cells.cell
-            if problem is not None:
-                self._done(call, _refused(call, "invalid", problem))
+            if why is not None:
+                self._done(call, _refused(call, "invalid", why))
             elif cell is None or cell.msg_id != msg_id:
                 self._done(call, _refused(call, "not_running", "the cell ended before the placement was checked"))
             else:
-                self.supervisor.after_cell(msg_id, "relocate", spec)
+                self._after_cell(msg_id, "relocate", spec)
                 done(None)
 
         self.supervisor.start_task(relocate(), "host.relocate",

@@ -1,0 +1,63 @@
+"""The link to a worker that may run elsewhere: word from it, or silence that means it is lost.
+
+A worker that shares the frontend's key runs here, as a process whose end the kernel sees at once
+(its pidfd). Any other one may run where only its sockets reach (a provisioner's container, another
+host): its heartbeat is pinged, and any message it sends on any channel also counts as word from it.
+Silence for `timeout` seconds with no exit reported is a lost link (DESIGN.md: a lost link is not a
+crash). ipykernel answers its heartbeat from a thread of its own in C (a ZMQ device), so a cell that
+holds the GIL does not silence it; a stopped process or a cut network does.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable
+
+import zmq
+
+from .sockets import Channel
+
+
+def endpoint(info: dict, channel: str) -> str:
+    """The URL of a worker's `channel` from its connection info (ipc here; tcp from a provisioner)."""
+    port = info[f"{channel}_port"]
+    if info.get("transport", "tcp") == "ipc":
+        return f"ipc://{info['ip']}-{port}"
+    return f"tcp://{info['ip']}:{port}"
+
+
+class LinkWatch:
+    def __init__(self, name: str, context: zmq.Context, heartbeat: str, timeout: float,
+                 on_lost: Callable[[float], None]):
+        """Pings `heartbeat` from now on; `on_lost(seconds_silent)` is called once, on the loop."""
+        sock = context.socket(zmq.DEALER)
+        sock.linger = 0
+        sock.connect(heartbeat)
+        self._channel = Channel(f"{name}.hb", sock, self.heard)
+        self._timeout = timeout
+        self._on_lost = on_lost
+        self._heard_at = time.monotonic()
+        self._timer: asyncio.TimerHandle | None = None
+        self._loop = asyncio.get_running_loop()
+        self._beat()
+
+    def heard(self, frames: list | None = None) -> None:
+        """Word from the worker: a heartbeat answer, or any message it sent."""
+        self._heard_at = time.monotonic()
+
+    def close(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        self._channel.close()
+
+    def _beat(self) -> None:
+        self._timer = None
+        silent = time.monotonic() - self._heard_at
+        if silent >= self._timeout:
+            self._channel.close()
+            self._on_lost(silent)
+            return
+        self._channel.send([b"ping"])
+        self._timer = self._loop.call_later(min(1.0, self._timeout / 4), self._beat)

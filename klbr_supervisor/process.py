@@ -1,0 +1,71 @@
+"""A worker's process on this machine: its pid and group, its stderr tail, and its exit.
+
+The group is the reaper's to kill if the kernel dies however it dies; the exit is reported once, by
+the process's pidfd (exact: no polling, no guessing from a provisioner's `poll()`). What the
+process started goes with it: its group is SIGKILLed as soon as it exits, and again at `close`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+from collections.abc import Callable
+
+from .launch import StderrTail
+from .reaper import Reaper
+
+
+class WorkerProcess:
+    def __init__(self, process: subprocess.Popen, pgid: int | None, reaper: Reaper,
+                 on_exit: Callable[[int], None]):
+        """Watch `process` (its group `pgid`); `on_exit(returncode)` is called once, on the loop."""
+        self.pid = process.pid
+        self.pgid = pgid
+        self._process = process
+        self._reaper = reaper
+        self._on_exit = on_exit
+        if pgid:
+            reaper.watch(pgid)
+        self.stderr = StderrTail(process.stderr) if process.stderr is not None else None
+        self._loop = asyncio.get_running_loop()
+        self._pidfd = os.pidfd_open(self.pid)
+        self._loop.add_reader(self._pidfd, self._exited)
+
+    def killpg(self, sig: int) -> None:
+        try:
+            os.killpg(self.pgid or self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def tail(self) -> str:
+        """The last lines of its stderr, with whatever the pipe holds right now."""
+        if self.stderr is None:
+            return ""
+        self.stderr.read_now()
+        return self.stderr.text()
+
+    def close(self) -> None:
+        """Its generation has ended: whatever it started goes too, and so do its files."""
+        if self.pgid:
+            self.killpg(signal.SIGKILL)
+            self._reaper.forget(self.pgid)
+        if self.stderr is not None:
+            self.stderr.close()
+        # ipykernel's per-process cell files (used by the debugger)
+        shutil.rmtree(os.path.join(tempfile.gettempdir(), f"ipykernel_{self.pid}"), ignore_errors=True)
+
+    def _exited(self) -> None:
+        self._loop.remove_reader(self._pidfd)
+        os.close(self._pidfd)
+        returncode = self._process.poll()
+        if returncode is None:  # cannot happen for a pidfd, but never report a live worker as ended
+            returncode = self._process.wait()
+        if self.pgid:
+            # Whatever the worker started goes with it, now: a child it forked would hold its end
+            # of the channels open, and the drain waits for their ends.
+            self.killpg(signal.SIGKILL)
+        self._on_exit(returncode)

@@ -1,0 +1,54 @@
+"""What a `Supervisor` is configured with: `Supervisor.*` on the kernel's command line or in
+`jupyter_klbr_config.py` (DESIGN.md, configuration). traitlets applies a section to a class and its
+subclasses, so `Supervisor.cell_timeout` sets the trait declared here."""
+
+from __future__ import annotations
+
+from traitlets import Bool, Float, Int, Unicode
+from traitlets.config import LoggingConfigurable
+
+
+class SupervisorSettings(LoggingConfigurable):
+    worker_kernel = Unicode(
+        "", config=True,
+        help="Kernelspec name of the workbench; empty means ipykernel on the proxy's own interpreter.",
+    )
+    placement = Unicode(
+        "local", config=True,
+        help="Where the first generation runs: local, python:/abs/path/to/python or kernelspec:NAME; "
+             "`%klbr placement SPEC` moves the session later.",
+    )
+    startup_timeout = Float(60.0, config=True, help="Seconds a new generation has to answer kernel_info.")
+    cell_timeout = Float(0.0, config=True, help="Seconds a cell may run (0 = no limit); `%klbr timeout` overrides it.")
+    interrupt_grace = Float(
+        3.0, config=True,
+        help="Seconds an interrupted cell has to end before its generation is killed (WorkerKilled).",
+    )
+    kill_grace = Float(0.5, config=True, help="Seconds between SIGTERM and SIGKILL when a generation is ended.")
+    standby = Bool(
+        None, allow_none=True, config=True,
+        help="Keep one warm spare generation to take over at once (default: on for local and python: "
+             "placements, off for the rest, where a spare costs a pod or a remote process).",
+    )
+    standby_delay = Float(1.0, config=True, help="Seconds after a generation is ready before its spare starts.")
+    restart_limit = Int(5, config=True, help="Automatic new generations allowed per restart_window.")
+    restart_window = Float(300.0, config=True, help="Seconds over which restart_limit counts.")
+    ipython_history = Bool(
+        False, config=True,
+        help="Let ipykernel workers keep IPython's own history database (history.sqlite). Off by default: "
+             "the cell log is the history, and each cell skips a second SQLite write (~1.5 ms of CPU).",
+    )
+    link_timeout = Float(
+        15.0, config=True,
+        help="Seconds a worker that does not share the frontend's key (kernelspec: placements) may be "
+             "silent, heartbeat included, before its link counts as lost (PlacementLost; 0 = never).",
+    )
+    poison_after = Int(
+        2, config=True,
+        help="Refuse code whose worker died under it this many times in a row (0 = never refuse).",
+    )
+
+    @property
+    def standby_on(self) -> bool:
+        """`standby` as configured, else whether the current placement keeps a spare by default."""
+        return self.standby if self.standby is not None else self.where.warm
