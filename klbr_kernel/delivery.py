@@ -10,6 +10,7 @@ replies to it (ipykernel drops what its handler raised on) is answered here afte
 from __future__ import annotations
 
 import asyncio
+import logging
 from typing import TYPE_CHECKING
 
 from klbr_supervisor.wire import Wire
@@ -20,6 +21,8 @@ from .requests import Phase, Request
 
 if TYPE_CHECKING:
     from .proxy import Proxy
+
+log = logging.getLogger(__name__)
 
 # Seconds a request's reply may trail its idle (they travel on different sockets) before the worker
 # counts as having dropped it.
@@ -83,6 +86,9 @@ class Delivery:
                 proxy.stdin.to_frontend(req, wire)
         elif req is not None and req.phase is Phase.SENT and req.reply is None:
             req.reply = wire
+            if req.idle is None:  # it follows at once; a worker that loses it must not wedge the queue
+                asyncio.get_running_loop().call_later(NO_REPLY_GRACE, self.proxy.guarded(req, self._no_idle),
+                                                      req, req.generation, wire)
             if wire.msg_type == "execute_reply":
                 self._execute_reply(req, wire)
             else:
@@ -182,6 +188,14 @@ class Delivery:
         if req.record is not None and req is proxy.queue.inflight:
             self._commit(req)
         self.finished(req)
+
+    def _no_idle(self, req: Request, generation, reply: Wire) -> None:
+        """The worker replied to `req` long ago and its idle never came (a worker whose iopub
+        dropped it): the proxy closes the bracket, as it does when a worker ends after its reply."""
+        if req.phase is Phase.SENT and req.idle is None and req.reply is reply and req.generation is generation:
+            log.warning("%s %s: no idle %.0f s after its reply; the proxy sends it", req.msg_type, req.msg_id,
+                        NO_REPLY_GRACE)
+            self.close_bracket(req)
 
     def finished(self, req: Request) -> None:
         """The worker has finished `req`, or the proxy closed its bracket: release it once its

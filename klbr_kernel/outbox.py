@@ -1,13 +1,19 @@
-"""iopub toward the frontends: what closes a request is never dropped, and memory stays bounded.
+"""iopub toward the frontends: what closes a request is not dropped for a frontend that keeps
+reading, and memory stays bounded.
 
 ipykernel's iopub is a PUB socket: a subscriber that falls 1000 messages behind loses what comes
 next, silently, and when that is a cell's `idle`, nbclient and papermill wait for it forever. The
 proxy's iopub is an XPUB with ``XPUB_NODROP``: a send that finds a subscriber's queue full
-(`early.IOPUB_QUEUE` messages) fails instead, and the message waits here, in order, until the socket takes it
-again. Waiting outputs are bounded by `max_bytes`: past it, the oldest outputs (stream, displays,
-results) are dropped and counted per request; status, execute_input, errors and comm traffic are
-small and always kept. The cell log keeps every output whatever happens here, so a dropped one is
-one `%klbr replay` away; `dropped` tells the proxy how many a request lost.
+(`early.IOPUB_QUEUE` messages) fails instead, and the message waits here, in order, and is offered
+again every `_RETRY` seconds. Waiting outputs are bounded by `max_bytes`: past it, the oldest
+outputs (stream, displays, results) are dropped and counted per request (`dropped`, noticed before
+the request's idle); status, execute_input, errors and comm traffic are kept. The cell log keeps
+every output whatever happens here.
+
+A subscriber that takes nothing at all for `STALL` seconds (a suspended console, a client that never
+reads iopub) must not hold back the others: from then on what it cannot take is sent past it, as a
+PUB would (it loses those messages, the others get them at once), until it takes messages again.
+The same happens when what waits passes `max_bytes` twice over (comm traffic can be large).
 """
 
 from __future__ import annotations
@@ -15,7 +21,10 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections import deque
+
+import zmq
 
 from klbr_supervisor.protocol import DELIM
 from klbr_supervisor.sockets import Channel
@@ -24,9 +33,11 @@ log = logging.getLogger(__name__)
 
 # Bytes of outputs that may wait here for a slow frontend before the oldest are dropped.
 MAX_BYTES = 64 * 2**20
-# Outputs: what may be dropped (and replayed from the cell log). Everything else is always kept.
+# Outputs: what may be dropped (and replayed from the cell log). Everything else is kept.
 DROPPABLE = frozenset({"stream", "display_data", "update_display_data", "execute_result", "clear_output"})
-# How often to try again while messages wait (a safety net: the socket's FD also signals).
+# Seconds without any message taken before a stalled subscriber stops holding back the others.
+STALL = 10.0
+# How often what waits is offered again.
 _RETRY = 0.05
 
 
@@ -45,10 +56,12 @@ class Outbox:
         self._channel = channel
         self._waiting: deque[tuple[list, str, int, bool]] = deque()  # frames, msg_type, size, copy
         self._bytes = 0  # of the droppable ones waiting
+        self._all_bytes = 0  # of everything waiting
         self.max_bytes = max_bytes
         self.dropped: dict[str, int] = {}  # parent msg_id -> outputs dropped for it
         self._timer: asyncio.TimerHandle | None = None
-        channel.on_writable = self.flush
+        self._stuck_since: float | None = None  # when the socket last refused with nothing taken since
+        self._past_stalled = False  # sending past a stalled subscriber
 
     @property
     def waiting(self) -> int:
@@ -56,27 +69,40 @@ class Outbox:
 
     def send(self, frames: list, msg_type: str, *, copy: bool = False, keep: bool = False) -> None:
         """Send now, or keep in order until the socket takes it; `keep`: never drop it."""
-        if not self._waiting and self._channel.offer(frames, copy=copy):
+        if not self._waiting and self._offer(frames, copy):
             return
-        size = sum(len(f) for f in frames) if msg_type in DROPPABLE and not keep else 0
-        if size and self._bytes + size > self.max_bytes:
-            self._make_room(size)
-            if self._bytes + size > self.max_bytes:
+        size = sum(len(f) for f in frames)
+        droppable = size if msg_type in DROPPABLE and not keep else 0
+        if droppable and self._bytes + droppable > self.max_bytes:
+            self._make_room(droppable)
+            if self._bytes + droppable > self.max_bytes:
                 self._drop(frames)
                 return
-        self._waiting.append((frames, msg_type, size, copy))
-        self._bytes += size
+        self._waiting.append((frames, msg_type, droppable, copy))
+        self._bytes += droppable
+        self._all_bytes += size
+        if self._all_bytes > 2 * self.max_bytes and not self._past_stalled:
+            log.warning("iopub: %d MiB wait for a frontend that is not reading; sending past it",
+                        self._all_bytes >> 20)
+            self._past_stalled = True
         self._arm()
 
     def flush(self) -> None:
         """Send what waits, in order, until the socket is full again."""
-        self._timer = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if (not self._past_stalled and self._stuck_since is not None
+                and time.monotonic() - self._stuck_since > STALL):
+            log.warning("iopub: a frontend has taken nothing for %.0f s; what it cannot take goes past it", STALL)
+            self._past_stalled = True
         while self._waiting:
-            frames, _, size, copy = self._waiting[0]
-            if not self._channel.offer(frames, copy=copy):
+            frames, _, droppable, copy = self._waiting[0]
+            if not self._offer(frames, copy):
                 break
             self._waiting.popleft()
-            self._bytes -= size
+            self._bytes -= droppable
+            self._all_bytes -= sum(len(f) for f in frames)
         self._arm()
 
     def take_dropped(self, parent_id: str) -> int:
@@ -92,6 +118,23 @@ class Outbox:
         if self._waiting and self._timer is None and not self._channel.closed:
             self._timer = asyncio.get_running_loop().call_later(_RETRY, self.flush)
 
+    def _offer(self, frames: list, copy: bool) -> bool:
+        """Offered to every subscriber; past a stalled one, sent to the others only."""
+        if self._channel.offer(frames, copy=copy):
+            self._stuck_since = None
+            self._past_stalled = False  # every subscriber takes messages again
+            return True
+        if self._past_stalled:
+            sock = self._channel.socket
+            sock.setsockopt(zmq.XPUB_NODROP, 0)  # a PUB's way, for this message
+            try:
+                return self._channel.offer(frames, copy=copy)
+            finally:
+                sock.setsockopt(zmq.XPUB_NODROP, 1)
+        if self._stuck_since is None:
+            self._stuck_since = time.monotonic()
+        return False
+
     def _make_room(self, size: int) -> None:
         """Drop the oldest waiting outputs until `size` more bytes fit (or none is left)."""
         kept: deque = deque()
@@ -99,6 +142,7 @@ class Outbox:
             entry = self._waiting.popleft()
             if entry[2]:
                 self._bytes -= entry[2]
+                self._all_bytes -= entry[2]  # an output's whole size
                 self._drop(entry[0])
             else:
                 kept.append(entry)

@@ -74,6 +74,7 @@ class Generation:
         self.state = GenerationState.STARTING
         self.ending: Ending | None = None
         self._process: WorkerProcess | None = None  # its process, once launched
+        self._starting = False  # `start` is under way (it launches, or ends it, itself)
         self.started = time.time()
         # A worker elsewhere gets a key of its own, and its traffic is re-signed (`resign`).
         self._resigner: Resigner | None = None
@@ -114,12 +115,15 @@ class Generation:
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def start(self, timeout: float, check=None) -> bool:
-        """Launch the worker and wait until it answers kernel_info with its iopub and stdin connected.
+        """Launch the worker and wait until it serves (see `readiness`): True; False when it ended
+        first (START_FAILED says why). `check`, awaited first, may raise a `PlacementError`: its text."""
+        self._starting = True
+        try:
+            return await self._start(timeout, check)
+        finally:
+            self._starting = False
 
-        `check`, if given, is awaited first: a `PlacementError` it raises ends the generation as a
-        failed start with its text. True when ready; False when it ended first (the `Ending` says
-        why, START_FAILED).
-        """
+    async def _start(self, timeout: float, check) -> bool:
         if check is not None:
             try:
                 await check
@@ -209,6 +213,9 @@ class Generation:
     async def stop(self, reason: EndReason, grace: float = 1.0) -> Ending:
         """End the generation: SIGTERM to its process group, SIGKILL after `grace` seconds."""
         self.closing(reason)
+        if self._process is None and not self._starting:
+            # Never launched, and no start under way that would launch it (one that raised)
+            self._finish(Ending(reason, None, "ended before its worker was launched"))
         if self._process is not None and not self._exited.done():
             self._process.killpg(signal.SIGTERM)
             try:
@@ -300,12 +307,12 @@ class Generation:
         self._finish(Ending(EndReason.LINK_LOST, None, self._link_how))
 
     def _received(self, channel: str, frames: list) -> None:
-        if self._link is not None:
-            self._link.heard()
         try:
             if self._resigner is not None:
                 frames = self._resigner.from_worker(frames)
             wire = Wire.parse(frames)
+            if self._link is not None:
+                self._link.heard()  # a message its key signed: word from it
         except ValueError as e:  # MalformedMessage, a bad signature, an undecodable header
             self.log.warning("generation %d: malformed %s message dropped: %s", self.number, channel, e)
             return

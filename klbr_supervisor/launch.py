@@ -21,6 +21,7 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import KernelProvisionerBase, LocalProvisioner
 
 from . import deathsig, prelaunch
+from .worker import BOOTSTRAP
 
 # The name under which `Supervisor.worker_kernel = ""` resolves: ipykernel on sys.executable.
 OWN_INTERPRETER = "klbr-own-python"
@@ -68,7 +69,7 @@ class WorkerSpecs(KernelSpecManager):
         if kernel_name.startswith(PYTHON_AT):
             python = kernel_name[len(PYTHON_AT):]
             return KernelSpec(
-                argv=[python, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+                argv=[python, "-c", BOOTSTRAP, "-f", "{connection_file}"],  # ipykernel, iopub lossless
                 display_name=f"Python ({python})",
                 language="python",
                 interrupt_mode="signal",

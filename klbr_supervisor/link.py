@@ -38,6 +38,8 @@ class LinkWatch:
         self._timeout = timeout
         self._on_lost = on_lost
         self._heard_at = time.monotonic()
+        self._beat_at = self._heard_at
+        self._interval = min(1.0, timeout / 4)
         self._timer: asyncio.TimerHandle | None = None
         self._loop = asyncio.get_running_loop()
         self._beat()
@@ -54,10 +56,16 @@ class LinkWatch:
 
     def _beat(self) -> None:
         self._timer = None
-        silent = time.monotonic() - self._heard_at
+        now = time.monotonic()
+        if now - self._beat_at > 2 * self._interval + 1:
+            # This process itself did not run (stopped, or starved): no pings went out meanwhile, so
+            # that silence says nothing about the worker. It gets its whole timeout from now.
+            self._heard_at = now
+        self._beat_at = now
+        silent = now - self._heard_at
         if silent >= self._timeout:
             self._channel.close()
             self._on_lost(silent)
             return
         self._channel.send([b"ping"])
-        self._timer = self._loop.call_later(min(1.0, self._timeout / 4), self._beat)
+        self._timer = self._loop.call_later(self._interval, self._beat)

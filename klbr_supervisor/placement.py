@@ -21,9 +21,13 @@ from dataclasses import dataclass
 from .launch import WorkerSpecs
 
 KINDS = ("local", "python", "kernelspec")
-# What a provisioner is given of the kernel's environment.
-_MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR", "JUPYTER_PATH",
-                "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "VIRTUAL_ENV")
+# What a provisioner is given of the kernel's environment (its kernelspec's `env` comes on top):
+# what code needs to find its tools, libraries, GPUs and network, not the kernel's secrets.
+_MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+                "JUPYTER_PATH", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "VIRTUAL_ENV",
+                "CONDA_PREFIX", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "SSL_CERT_FILE",
+                "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY",
+                "HTTPS_PROXY", "NO_PROXY")
 
 
 class PlacementError(ValueError):

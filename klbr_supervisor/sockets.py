@@ -27,7 +27,6 @@ _BATCH = 256
 _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE = int(zmq.SNDMORE)
 _POLLIN = int(zmq.POLLIN)
-_POLLOUT = int(zmq.POLLOUT)
 _EVENTS = int(zmq.EVENTS)
 
 
@@ -46,7 +45,6 @@ class Channel:
         self._fd = socket.getsockopt(zmq.FD)
         self._scheduled = False
         self.closed = False
-        self.on_writable: Callable[[], None] | None = None  # called when the socket may take sends again
         self._loop.add_reader(self._fd, self._drain)
         # Messages may already be queued; the FD only signals edges.
         self._schedule()
@@ -71,8 +69,8 @@ class Channel:
 
     def offer(self, frames: Sequence, *, copy: bool = False) -> bool:
         """Send one multipart message without blocking; False only when the queue is full (the
-        caller keeps it, to offer again once `on_writable` is called). Other failures are logged,
-        and the message counts as sent (there is nothing to retry)."""
+        caller keeps it, to offer again later). Other failures are logged, and the message counts
+        as sent (there is nothing to retry)."""
         if self.closed:
             return True
         try:
@@ -119,8 +117,6 @@ class Channel:
         more = True
         try:
             more = self._drain_batch()
-            if self.on_writable is not None and not self.closed and self.socket.getsockopt(_EVENTS) & _POLLOUT:
-                self.on_writable()
         finally:
             if more:  # also when a callback raised: what is queued behind it is not stranded
                 self._schedule()

@@ -130,3 +130,21 @@ def test_a_cell_answered_internal_error_mid_run_is_stopped_before_the_next_runs(
         reply, outputs = execute(kc, "stopped", seen=seen, timeout=60)
         assert reply["content"]["status"] == "ok" and outputs[-2]["content"]["data"]["text/plain"] == "True"
         assert not [m for m in seen if m["msg_type"] == "stream" and m["content"]["text"] == "late\n"]
+
+
+def test_a_generation_whose_start_raises_before_launch_is_answered_and_shuts_down(tmp_path):
+    """A bug in the start path before any worker exists: the cell gets WorkerStartFailed (not a
+    hang), and a shutdown still ends the kernel at once."""
+    (tmp_path / "jupyter_klbr_config.py").write_text(
+        "import klbr_supervisor.supervisor as supervisor\n"
+        "async def check(self, placement):\n"
+        "    raise RuntimeError('planted bug in the placement check')\n"
+        "supervisor.Supervisor._check = check\n")
+    with start_kernel(env={"JUPYTER_CONFIG_DIR": str(tmp_path)}) as (km, kc):
+        reply, _ = execute(kc, "1 + 1")
+        assert reply["content"]["ename"] == "WorkerStartFailed"
+        proxy = km.provisioner.process
+        start = time.monotonic()
+        kc.shutdown()
+        assert kc.get_control_msg(timeout=10)["msg_type"] == "shutdown_reply"
+        assert proxy.wait(timeout=10) == 0 and time.monotonic() - start < 10

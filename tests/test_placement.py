@@ -20,7 +20,7 @@ import pytest
 
 from klbr_supervisor.placement import PlacementError, parse
 
-from conftest import collect, execute, process_gone, results, start_kernel, stream_text, worker_pid
+from conftest import collect, execute, process_gone, results, start_kernel, stream_text, until, worker_pid
 
 ROOT = Path(__file__).parent.parent
 OTHER = ROOT / ".venv-ipykernel" / "bin" / "python"
@@ -238,3 +238,37 @@ def test_a_worker_elsewhere_that_exits_is_worker_lost_and_replaced(tmp_path, ker
         assert reply["content"]["ename"] == "WorkerLost" and "exited with status 3" in reply["content"]["evalue"]
         assert value(kc, "6 * 7") == 42
         assert status(kc)["placement"] == "kernelspec:plain-ipykernel"
+
+
+def test_a_kernel_that_was_stopped_itself_does_not_call_its_worker_lost(tmp_path, kernelspec_dir):
+    """Ctrl-Z on the server: the kernel process stops for longer than link_timeout while its worker
+    runs on. Sending no pings meanwhile, it has heard nothing, but that silence is its own."""
+    with _on_kernelspec(tmp_path, kernelspec_dir, "--Supervisor.link_timeout=2") as (km, kc):
+        pid = worker_pid(kc)
+        os.kill(km.provisioner.process.pid, signal.SIGSTOP)
+        time.sleep(4)  # not synchronisation: the pause itself, twice the link timeout
+        os.kill(km.provisioner.process.pid, signal.SIGCONT)
+        assert worker_pid(kc) == pid
+        assert value(kc, "6 * 7") == 42
+
+
+@pytest.mark.parametrize("where", ["local", "python"])
+def test_a_starved_kernel_loses_nothing_its_worker_publishes(tmp_path, other_python, where):
+    """The kernel process is stopped while its worker prints 5000 lines: ipykernel's iopub would drop
+    past 1000 waiting messages, the cell's idle included. klbr starts its workers without that mark,
+    also on another interpreter."""
+    done = tmp_path / "done"
+    with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        if where == "python":
+            assert execute(kc, f"%klbr placement python:{other_python}")[0]["content"]["status"] == "ok"
+        proxy = km.provisioner.process.pid
+        msg_id = kc.execute(f"import os, signal\nos.kill({proxy}, signal.SIGSTOP)\n"
+                            "for i in range(5000):\n    print(i, flush=True)\n"
+                            f"open({str(done)!r}, 'w').close()")
+        try:
+            until(done.exists, 120, "the worker has printed everything while the kernel was stopped")
+        finally:
+            os.kill(proxy, signal.SIGCONT)
+        reply, outputs = collect(kc, msg_id, timeout=60)
+        assert reply["content"]["status"] == "ok"
+        assert stream_text(outputs).split() == [str(i) for i in range(5000)]
