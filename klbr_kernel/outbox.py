@@ -11,9 +11,11 @@ the request's idle); status, execute_input, errors and comm traffic are kept. Th
 every output whatever happens here.
 
 A subscriber that takes nothing at all for `STALL` seconds (a suspended console, a client that never
-reads iopub) must not hold back the others: from then on what it cannot take is sent past it, as a
-PUB would (it loses those messages, the others get them at once), until it takes messages again.
-The same happens when what waits passes `max_bytes` twice over (comm traffic can be large).
+reads iopub) must not hold back the others: from then on outputs it cannot take are sent past it, as
+a PUB would (whoever is full loses them), until it takes messages again; what closes a request
+(status, errors) still waits up to `CATCH_UP` seconds for every subscriber to have room, so a
+frontend that is only slow has that long to make room before even those go past. The same happens when what
+waits passes `max_bytes` twice over (comm traffic can be large).
 """
 
 from __future__ import annotations
@@ -37,6 +39,8 @@ MAX_BYTES = 64 * 2**20
 DROPPABLE = frozenset({"stream", "display_data", "update_display_data", "execute_result", "clear_output"})
 # Seconds without any message taken before a stalled subscriber stops holding back the others.
 STALL = 10.0
+# Seconds a message that closes a request waits for room everywhere once a subscriber is stalled.
+CATCH_UP = 1.0
 # How often what waits is offered again.
 _RETRY = 0.05
 
@@ -54,7 +58,8 @@ def _parent_id(frames: list) -> str:
 class Outbox:
     def __init__(self, channel: Channel, max_bytes: int = MAX_BYTES):
         self._channel = channel
-        self._waiting: deque[tuple[list, str, int, bool]] = deque()  # frames, msg_type, size, copy
+        # frames, droppable size (0: never dropped), copy, when it began to wait
+        self._waiting: deque[tuple[list, int, bool, float]] = deque()
         self._bytes = 0  # of the droppable ones waiting
         self._all_bytes = 0  # of everything waiting
         self.max_bytes = max_bytes
@@ -69,16 +74,16 @@ class Outbox:
 
     def send(self, frames: list, msg_type: str, *, copy: bool = False, keep: bool = False) -> None:
         """Send now, or keep in order until the socket takes it; `keep`: never drop it."""
-        if not self._waiting and self._offer(frames, copy):
-            return
         size = sum(len(f) for f in frames)
         droppable = size if msg_type in DROPPABLE and not keep else 0
+        if not self._waiting and self._offer(frames, copy, past=bool(droppable)):
+            return
         if droppable and self._bytes + droppable > self.max_bytes:
             self._make_room(droppable)
             if self._bytes + droppable > self.max_bytes:
                 self._drop(frames)
                 return
-        self._waiting.append((frames, msg_type, droppable, copy))
+        self._waiting.append((frames, droppable, copy, time.monotonic()))
         self._bytes += droppable
         self._all_bytes += size
         if self._all_bytes > 2 * self.max_bytes and not self._past_stalled:
@@ -96,9 +101,10 @@ class Outbox:
                 and time.monotonic() - self._stuck_since > STALL):
             log.warning("iopub: a frontend has taken nothing for %.0f s; what it cannot take goes past it", STALL)
             self._past_stalled = True
+        now = time.monotonic()
         while self._waiting:
-            frames, _, droppable, copy = self._waiting[0]
-            if not self._offer(frames, copy):
+            frames, droppable, copy, since = self._waiting[0]
+            if not self._offer(frames, copy, past=bool(droppable) or now - since > CATCH_UP):
                 break
             self._waiting.popleft()
             self._bytes -= droppable
@@ -118,13 +124,14 @@ class Outbox:
         if self._waiting and self._timer is None and not self._channel.closed:
             self._timer = asyncio.get_running_loop().call_later(_RETRY, self.flush)
 
-    def _offer(self, frames: list, copy: bool) -> bool:
-        """Offered to every subscriber; past a stalled one, sent to the others only."""
+    def _offer(self, frames: list, copy: bool, past: bool) -> bool:
+        """Offered to every subscriber; while one is stalled and `past` is allowed, sent to those
+        with room only."""
         if self._channel.offer(frames, copy=copy):
             self._stuck_since = None
             self._past_stalled = False  # every subscriber takes messages again
             return True
-        if self._past_stalled:
+        if self._past_stalled and past:
             sock = self._channel.socket
             sock.setsockopt(zmq.XPUB_NODROP, 0)  # a PUB's way, for this message
             try:
@@ -140,9 +147,9 @@ class Outbox:
         kept: deque = deque()
         while self._waiting and self._bytes + size > self.max_bytes:
             entry = self._waiting.popleft()
-            if entry[2]:
-                self._bytes -= entry[2]
-                self._all_bytes -= entry[2]  # an output's whole size
+            if entry[1]:
+                self._bytes -= entry[1]
+                self._all_bytes -= entry[1]  # an output's whole size
                 self._drop(entry[0])
             else:
                 kept.append(entry)

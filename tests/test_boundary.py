@@ -123,8 +123,8 @@ def test_a_cell_answered_internal_error_mid_run_is_stopped_before_the_next_runs(
     (tmp_path / "jupyter_klbr_config.py").write_text(PLANTED_OUTPUT)
     with start_kernel(env={"JUPYTER_CONFIG_DIR": str(tmp_path)}, log=tmp_path / "kernel.log") as (km, kc):
         seen = []
-        reply, outputs = execute(kc, "import time\nprint('plant-output', flush=True)\n"
-                                     "try:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+        reply, outputs = execute(kc, "import time\ntry:\n    print('plant-output', flush=True)\n"
+                                     "    time.sleep(60)\nexcept KeyboardInterrupt:\n"
                                      "    print('late', flush=True)\n    stopped = True", seen=seen)
         _internal_error(reply, "execute_request", "the output path")
         reply, outputs = execute(kc, "stopped", seen=seen, timeout=60)
