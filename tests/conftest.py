@@ -56,10 +56,13 @@ def misbehaving(behaviour: str, *options: str, env: dict | None = None, log: Pat
 
 @contextmanager
 def start_kernel(name: str = "klbr", extra_arguments: list[str] | None = None, env: dict | None = None,
-                 stdin: bool = True, log: Path | None = None):
-    """A kernel and a client for it; `log` is a file for the kernel's stderr (its log)."""
-    km = KernelManager(kernel_name=name)
+                 stdin: bool = True, log: Path | None = None, manager: dict | None = None, cwd: Path | None = None):
+    """A kernel and a client for it; `log` is a file for the kernel's stderr (its log), `manager`
+    options for its `KernelManager` (transport, a session), `cwd` where it runs."""
+    km = KernelManager(kernel_name=name, **(manager or {}))
     kw = {}
+    if cwd is not None:
+        kw["cwd"] = str(cwd)
     if env is not None:
         kw["env"] = {**os.environ, **env}
     if log is not None:

@@ -69,18 +69,8 @@ def test_config_files_in_the_notebooks_directory_are_not_run(tmp_path):
                  "jupyter_config.py"):
         (notebook_dir / name).write_text(f"open({str(marker / name)!r}, 'w').close()\n")
     marker.mkdir()
-    from jupyter_client.manager import KernelManager
-
-    km = KernelManager(kernel_name="klbr")
-    km.start_kernel(cwd=str(notebook_dir), env={**os.environ, "KLBR_DB": str(tmp_path / "log.sqlite3")})
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=60)
+    with start_kernel(cwd=notebook_dir, env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
         assert results(execute(kc, "import os; os.getcwd()")[1]) == [repr(str(notebook_dir))]
         execute(kc, "%klbr restart")  # a later generation too
         assert results(execute(kc, "1 + 1")[1]) == ["2"]
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel()
     assert sorted(p.name for p in marker.iterdir()) == []

@@ -81,19 +81,9 @@ def test_a_real_worker_s_start_up_noise_stays_out_of_the_notebook():
 
 
 def test_the_kernel_serves_over_ipc_too(tmp_path):
-    from jupyter_client.manager import KernelManager
-
-    km = KernelManager(kernel_name="klbr", transport="ipc", ip=str(tmp_path / "klbr-ipc"))
-    km.start_kernel()
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=60)
+    with start_kernel(manager={"transport": "ipc", "ip": str(tmp_path / "klbr-ipc")}) as (km, kc):
         reply, outputs = execute(kc, "print('over ipc')")
         assert reply["content"]["status"] == "ok"
         assert stream_text(outputs) == "over ipc\n"
         _, outputs = execute(kc, "6 * 7")
         assert results(outputs) == ["42"]
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel()

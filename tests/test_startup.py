@@ -7,9 +7,9 @@ import json
 import subprocess
 import sys
 
-from jupyter_client.manager import KernelManager
+from jupyter_client.session import Session
 
-from conftest import execute, stream_text
+from conftest import execute, start_kernel, stream_text
 
 
 def test_a_signature_scheme_that_is_not_hmac_refuses_to_start(tmp_path):
@@ -27,20 +27,10 @@ def test_a_signature_scheme_that_is_not_hmac_refuses_to_start(tmp_path):
 
 def test_an_empty_key_is_served_with_a_loud_warning(tmp_path):
     log = tmp_path / "kernel.log"
-    km = KernelManager(kernel_name="klbr")
-    km.session.key = b""
-    with open(log, "w") as err:
-        km.start_kernel(stderr=err)
-        kc = km.client()
-        kc.start_channels()
-        try:
-            kc.wait_for_ready(timeout=60)
-            reply, outputs = execute(kc, "6 * 7")
-            assert reply["content"]["status"] == "ok"
-            reply, outputs = execute(kc, "%klbr status")
-            rows = dict(line.split(None, 1) for line in stream_text(outputs).splitlines())
-            assert rows["signed"].startswith("NO: the connection file's key is empty")
-        finally:
-            kc.stop_channels()
-            km.shutdown_kernel()
+    with start_kernel(manager={"session": Session(key=b"")}, log=log) as (km, kc):
+        reply, outputs = execute(kc, "6 * 7")
+        assert reply["content"]["status"] == "ok"
+        reply, outputs = execute(kc, "%klbr status")
+        rows = dict(line.split(None, 1) for line in stream_text(outputs).splitlines())
+        assert rows["signed"].startswith("NO: the connection file's key is empty")
     assert "has an empty key: messages are not signed" in log.read_text()
