@@ -8,6 +8,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 
 from pathlib import Path
 
@@ -75,28 +76,31 @@ def jupyterlab(tmp_path):
 
 
 def test_shift_enter_in_jupyterlab_runs_on_klbr(jupyterlab):
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     base, token, root = jupyterlab
+    with _notebook(base, token) as page:  # the kernel shows up by name and reaches idle
+        _run_in_last_cell(page, "import os\nprint('answer from klbr:', 6 * 7)")
+        output = page.locator(".jp-OutputArea-output").first
+        expect(output).to_contain_text("answer from klbr: 42", timeout=30_000)
+        page.screenshot(path=str(root / "jupyterlab.png"))
+
+
+@contextmanager
+def _notebook(base, token):
+    """The test notebook in JupyterLab in headless Chromium, its klbr kernel idle."""
+    from playwright.sync_api import sync_playwright
+
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
-            page = _open(browser, base, token)  # the kernel shows up by name and reaches idle
-            _run_in_last_cell(page, "import os\nprint('answer from klbr:', 6 * 7)")
-            output = page.locator(".jp-OutputArea-output").first
-            expect(output).to_contain_text("answer from klbr: 42", timeout=30_000)
-            page.screenshot(path=str(root / "jupyterlab.png"))
+            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page.on("dialog", lambda dialog: dialog.accept())  # "leave the page?" on reload
+            page.goto(f"{base}/lab/tree/smoke.ipynb?token={token}", timeout=60_000)
+            _idle(page)
+            yield page
         finally:
             browser.close()
-
-
-def _open(browser, base, token):
-    """The test notebook in JupyterLab, its klbr kernel idle."""
-    page = browser.new_page(viewport={"width": 1400, "height": 900})
-    page.on("dialog", lambda dialog: dialog.accept())  # "leave the page?" on reload
-    page.goto(f"{base}/lab/tree/smoke.ipynb?token={token}", timeout=60_000)
-    _idle(page)
-    return page
 
 
 def _idle(page) -> None:
@@ -122,53 +126,43 @@ def _replay_cell(page):
 def test_reload_mid_cell_then_replay_brings_every_line_back(jupyterlab):
     """Lab's story of jupyterlab#2833: a tab reloaded while a cell prints loses what it printed. In
     klbr, `%klbr replay` in the new page shows every line, in order, once, after a notice saying so."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     base, token, root = jupyterlab
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = _open(browser, base, token)
-            _run_in_last_cell(page, "import time; _ = [print(f'line {i}', flush=True) or time.sleep(0.2) for i in range(30)]")
-            expect(page.locator(".jp-OutputArea-output").first).to_contain_text("line 4", timeout=30_000)
-            page.reload()  # a new page: a new websocket, a new session
-            _idle(page)  # the cell has ended: the kernel is idle again
-            _run_in_last_cell(page, "%klbr replay")
-            expect(_replay_cell(page)).to_contain_text("line 29", timeout=30_000)
-            text = _replay_cell(page).inner_text()
-            assert [line for line in text.splitlines() if line.startswith("line ")] == [f"line {i}" for i in range(30)]
-            assert "reached no notebook" in text.split("klbr replay: cell")[0]  # the notice came first
-            ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "replay-after-reload.png"), full_page=True)
-        finally:
-            browser.close()
+    with _notebook(base, token) as page:
+        _run_in_last_cell(page, "import time; _ = [print(f'line {i}', flush=True) or time.sleep(0.2) for i in range(30)]")
+        expect(page.locator(".jp-OutputArea-output").first).to_contain_text("line 4", timeout=30_000)
+        page.reload()  # a new page: a new websocket, a new session
+        _idle(page)  # the cell has ended: the kernel is idle again
+        _run_in_last_cell(page, "%klbr replay")
+        expect(_replay_cell(page)).to_contain_text("line 29", timeout=30_000)
+        text = _replay_cell(page).inner_text()
+        assert [line for line in text.splitlines() if line.startswith("line ")] == [f"line {i}" for i in range(30)]
+        assert "reached no notebook" in text.split("klbr replay: cell")[0]  # the notice came first
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "replay-after-reload.png"), full_page=True)
 
 
 def test_a_ten_mib_replay_renders_without_freezing_the_page(jupyterlab):
     """10 MiB of recorded output come back in messages of at most 1 MiB; the page keeps answering."""
-    from playwright.sync_api import expect, sync_playwright
+    from playwright.sync_api import expect
 
     base, token, root = jupyterlab
-    with sync_playwright() as p:
-        browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
-        try:
-            page = _open(browser, base, token)
-            _run_in_last_cell(page, "import sys; _ = [sys.stdout.write(('%04d' % i) * 16384) or sys.stdout.flush() "
-                                    "for i in range(160)]; print(' the end')")
-            expect(page.locator(".jp-OutputArea-output").first).to_contain_text("the end", timeout=120_000)
-            page.reload()  # the outputs are gone from the page, not from the log
-            _idle(page)
-            started = time.monotonic()
-            _run_in_last_cell(page, "%klbr replay")
-            expect(_replay_cell(page)).to_contain_text("the end", timeout=120_000)
-            rendered = time.monotonic() - started
-            before = time.monotonic()
-            page.evaluate("() => new Promise(resolve => requestAnimationFrame(() => resolve(1)))")
-            frame = time.monotonic() - before
-            assert frame < 5, f"the page took {frame:.1f} s to draw its next frame after the replay"
-            assert "01590159" in _replay_cell(page).inner_text()  # the last of the 10 MiB
-            ARTIFACTS.mkdir(parents=True, exist_ok=True)
-            page.screenshot(path=str(ARTIFACTS / "replay-of-10-mib.png"))
-            print(f"10 MiB replay rendered in {rendered:.1f} s; next frame after {frame * 1000:.0f} ms")
-        finally:
-            browser.close()
+    with _notebook(base, token) as page:
+        _run_in_last_cell(page, "import sys; _ = [sys.stdout.write(('%04d' % i) * 16384) or sys.stdout.flush() "
+                                "for i in range(160)]; print(' the end')")
+        expect(page.locator(".jp-OutputArea-output").first).to_contain_text("the end", timeout=120_000)
+        page.reload()  # the outputs are gone from the page, not from the log
+        _idle(page)
+        started = time.monotonic()
+        _run_in_last_cell(page, "%klbr replay")
+        expect(_replay_cell(page)).to_contain_text("the end", timeout=120_000)
+        rendered = time.monotonic() - started
+        before = time.monotonic()
+        page.evaluate("() => new Promise(resolve => requestAnimationFrame(() => resolve(1)))")
+        frame = time.monotonic() - before
+        assert frame < 5, f"the page took {frame:.1f} s to draw its next frame after the replay"
+        assert "01590159" in _replay_cell(page).inner_text()  # the last of the 10 MiB
+        ARTIFACTS.mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "replay-of-10-mib.png"))
+        print(f"10 MiB replay rendered in {rendered:.1f} s; next frame after {frame * 1000:.0f} ms")
