@@ -82,15 +82,25 @@ class Answers:
             content = {"status": "ok", "execution_count": count, "user_expressions": {}, "payload": []}
         req.reply_content = content
         req.held += [lambda: proxy.replies.reply(req, content), lambda: proxy.replies.idle(req)]
-        if req.record is not None:
-            if proxy.cell_log.finish(req, content, proxy.guarded(req, lambda error: proxy.delivery.release(req))):
-                proxy.delivery.release(req)
-        else:
-            proxy.cell_log.answered(req, content, req.own_outputs)
+        if self._record(req, content, req.own_outputs):
             proxy.delivery.release(req)
 
+    def _record(self, req: Request, content: dict, outputs: list[tuple[str, dict]] = ()) -> bool:
+        """The outcome of a cell answered here, durable before its held reply goes out (semantics 3):
+        True when it is already; otherwise the reply is released once the row is committed."""
+        cell_log = self.proxy.cell_log
+        then = self.proxy.guarded(req, lambda error: self._committed(req))
+        if req.record is not None:  # its row says `running`: say how it ended
+            return cell_log.finish(req, content, then)
+        return cell_log.answered(req, content, then, outputs)
+
+    def _committed(self, req: Request) -> None:
+        if req.phase is Phase.ANSWERED:  # not released meanwhile by a shutdown
+            self.proxy.delivery.release(req)
+
     def abort(self, req: Request) -> None:
-        """Answer `req` aborted, unrun (queued behind an error, or at shutdown), and record it so."""
+        """Answer `req` aborted, unrun (queued behind an error, or at shutdown), and record it so:
+        its reply goes out once its row is committed, at shutdown at once."""
         proxy = self.proxy
         if req.phase is Phase.DONE:
             return
@@ -103,12 +113,11 @@ class Answers:
         proxy.forget(req)
         req.move(Phase.ANSWERED)
         content = {"status": "aborted"}
-        if req.record is not None:  # its row says `running`: say how it ended instead
-            proxy.cell_log.finish(req, content, lambda error: None)
-        else:
-            proxy.cell_log.answered(req, content)
-        proxy.replies.own(req, content if req.msg_type in QUEUED else None)
-        req.move(Phase.DONE)
+        req.held.append(lambda: proxy.replies.own(req, content if req.msg_type in QUEUED else None))
+        # At shutdown the answer goes out now (semantics 13); the row still lands, or the store's
+        # close reports it.
+        if self._record(req, content) or proxy.stopping:
+            proxy.delivery.release(req)
 
     def refuse_forwarded(self, req: Request, error: CellError) -> None:
         """comm or control traffic no worker will take (a crash loop): its bracket closes now, and

@@ -2,8 +2,8 @@
 
 A cell is an execute that takes an execution count (store_history and not silent): variable
 explorers' silent executes are not cells. Statuses are the store's public vocabulary (`outcomes`).
-`start` and `finish` return True when the row is durable already; otherwise their `then` callback
-runs later, on the loop, once the write is committed or has failed (never inside the call).
+`start`, `finish` and `answered` return True when the row is durable already; otherwise their `then`
+callback runs later, on the loop, once the write is committed or has failed (never inside the call).
 """
 
 from __future__ import annotations
@@ -109,14 +109,16 @@ class CellLog:
         return self._store.cell_finished(req.record, status=cell_status(content), count=content.get("execution_count"),
                                   error=_error_text(content), reply=content, generation=generation, done=then)
 
-    def answered(self, req: Request, content: dict, outputs: list[tuple[str, dict]] = ()) -> None:
-        """A cell that never reached a worker (aborted, refused, a `%klbr` line): one row."""
+    def answered(self, req: Request, content: dict, then: Then, outputs: list[tuple[str, dict]] = ()) -> bool:
+        """A cell that never reached a worker (aborted, refused, a `%klbr` line): one row, durable
+        before the frontend sees `content` (semantics 3). True when there is nothing to wait for
+        (committed now, or not recorded at all); otherwise `then` runs later, as for `finish`."""
         store = self._store
         if not self.is_cell(req) or not store.recording or store.paused:
-            return
+            return True
         record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, None)
         status = cell_status(content)
         if status == "unknown":  # PlacementLost for a cell that never reached a worker: it never ran
             status = "refused"
-        store.answered(record, status=status, count=content.get("execution_count"),
-                       error=_error_text(content) or "", reply=content, outputs=outputs)
+        return store.answered(record, status=status, count=content.get("execution_count"),
+                              error=_error_text(content) or "", reply=content, outputs=outputs, done=then)

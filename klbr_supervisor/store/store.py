@@ -2,11 +2,12 @@
 
 The proxy's request path calls `cell_started` (the row is committed before the worker sees the
 cell), `output` (queued; batched into the writer's next transaction) and `cell_finished` (the
-outcome and every output received so far commit together, before the frontend sees the reply).
-`cell_started` and `cell_finished` return True when the loop committed the write itself (the common
-case: the row is durable now, and `done` is never called); otherwise `done` runs later on the loop,
-never inside the call that took it. The threading rule is in `writer`. A write that fails pauses the store (`paused` says why); the
-next `cell_started` tries again and resumes it when the file takes writes again.
+outcome and every output received so far commit together, before the frontend sees the reply), or
+`answered` for a cell that never ran (its whole row, also before the frontend sees the reply).
+These three return True when the loop committed the write itself (the common case: the row is
+durable now, and `done` is never called); otherwise `done` runs later on the loop, never inside the
+call that took it. The threading rule is in `writer`. A write that fails pauses the store (`paused`
+says why); the next `cell_started` tries again and resumes it when the file takes writes again.
 """
 
 from __future__ import annotations
@@ -275,8 +276,9 @@ class Store(LoggingConfigurable):
         return False
 
     def answered(self, cell: CellRecord, *, status: str, count: int | None, error: str, reply: dict,
-                 outputs: list[tuple[str, dict]] = ()) -> None:
-        """A cell answered without running (aborted, refused, a `%klbr` line): its row and outputs."""
+                 outputs: list[tuple[str, dict]] = (), done: Done) -> bool:
+        """A cell answered without running (aborted, refused, a `%klbr` line): its row and outputs.
+        True: committed now; else `done` runs once it is committed (or has failed), later on the loop."""
         session_id, when = self.session_id, now()
         outputs = [(msg_type, json.dumps(content, default=str)) for msg_type, content in outputs]
 
@@ -291,7 +293,10 @@ class Store(LoggingConfigurable):
             c.executemany("INSERT INTO outputs (cell_id, seq, msg_type, content) VALUES (?, ?, ?, ?)",
                           [(cell.id, seq, t, text) for seq, (t, text) in enumerate(outputs, 1)])
 
-        self._submit(insert)
+        if self._direct(insert, done):
+            return True
+        self._submit(insert, done)
+        return False
 
     def kv_put(self, scope: str, key: str, value: str, done: Done) -> bool:
         """Keep `value` (JSON text) under `key` in `scope` (a notebook). True: committed now; else
