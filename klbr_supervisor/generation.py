@@ -25,11 +25,11 @@ from .connection import CHANNELS, WorkerChannels
 from .exits import describe_exit
 from .host.channel import Credentials
 from .counts import continue_code
-from .launch import WorkerManager, popen_options, takes_ipykernel_options, worker_manager
+from .launch import takes_ipykernel_options
+from .launched import LaunchError, worker_for
 from .placement import Placement, PlacementError
-from .process import WorkerProcess
 from .reaper import Reaper
-from .identity import snapshot
+from .identity import EXPRESSION, from_answer, snapshot
 from .link import LinkWatch, endpoint
 from .readiness import Readiness
 from .resign import Resigner
@@ -65,6 +65,7 @@ class Generation:
         log: logging.Logger,
         host: Credentials,
         link_timeout: float = 15.0,
+        launch_options: dict | None = None,
     ):
         self.number = number
         self.host = host  # its worker's way back to the supervisor (`klbr_supervisor.host`)
@@ -73,7 +74,7 @@ class Generation:
         self.placement = placement
         self.state = GenerationState.STARTING
         self.ending: Ending | None = None
-        self._process: WorkerProcess | None = None  # its process, once launched
+        self._worker = None  # its handle (`launched`), once its launch has begun
         self._starting = False  # `start` is under way (it launches, or ends it, itself)
         self.started = time.time()
         # A worker elsewhere gets a key of its own, and its traffic is re-signed (`resign`).
@@ -91,18 +92,18 @@ class Generation:
         self._on_message = on_message
         self._on_end = on_end
         self.log = log
-        self._km: WorkerManager | None = None
         self._channels = WorkerChannels(f"gen{number}", zmq_context, session, self._received,
                                         lambda: self._readiness.check(), log)
         self._readiness = Readiness(f"generation {number}", session, self._channels, log)
         self._loop = asyncio.get_running_loop()
-        self._exited: asyncio.Future[int] = self._loop.create_future()
+        self._exited: asyncio.Future[int | None] = self._loop.create_future()
         self._ended: asyncio.Future[Ending] = self._loop.create_future()
         self._end_reason: EndReason | None = None
         self._drain_task: asyncio.Task | None = None
         # A worker that does not share the frontend's key may run elsewhere: its link is watched
         # (heartbeat, and every message it sends), and silence for `link_timeout` ends it LINK_LOST.
         self._link_timeout = link_timeout
+        self._launch_options = launch_options or {}  # what a target's launch needs (ssh's command)
         self._link: LinkWatch | None = None
         self._link_how: str | None = None
         self._lost_task: asyncio.Task | None = None
@@ -130,51 +131,42 @@ class Generation:
             except PlacementError as e:
                 self._finish(Ending(EndReason.START_FAILED, None, f"could not be launched: {e}"))
                 return False
-        self._km = worker_manager(
-            self.kernel_name,
-            session=self._session,
+        deadline = self._loop.time() + timeout
+        self._worker = worker_for(
+            self.kernel_name, self.placement, session=self._session, link_timeout=self._link_timeout,
+            **self._launch_options,
             # Shadows the supervisor's context: no ZMQ threads of its own per generation.
             context=zmq.asyncio.Context.shadow(self._zmq.underlying),
-            # ipc: local, faster than loopback tcp, and files only we can reach in our private dir
-            transport="ipc",
-            ip=os.path.join(self._runtime_dir, f"gen{self.number}"),
-            connection_file=os.path.join(self._runtime_dir, f"worker-{self.number}.json"),
-        )
+            runtime_dir=self._runtime_dir, number=self.number, reaper=self._reaper,
+            on_exit=self._process_exited, log=self.log)
         extra = []
         if self.shares_key and takes_ipykernel_options(self.kernel_name):
             # Same key and session id as the proxy: its messages go to the frontend untouched.
             extra = [f"--Session.session={self._session.session}", *self._worker_args]
+        env = {**self.placement.environ(), **self.host.environ()}  # never argv: the key is a secret
         try:
-            env = {**self.placement.environ(), **self.host.environ()}  # never argv: the key is a secret
-            await self._km.start_kernel(extra_arguments=extra, env=env, **popen_options())
-        except Exception as e:
-            self.log.error("generation %d: could not launch %s: %s", self.number, self.kernel_name, e)
-            await self._release_manager()
-            self._finish(Ending(EndReason.START_FAILED, None, f"could not be launched: {e}"))
+            async with asyncio.timeout_at(deadline):
+                info = await self._worker.launch(extra, env)
+        except (LaunchError, TimeoutError) as e:
+            why = (f"was not launched within {timeout:.0f} s" if isinstance(e, TimeoutError)
+                   else f"could not be launched: {e}")
+            self.log.error("generation %d: %s %s", self.number, self.kernel_name, why)
+            self._worker.signal(signal.SIGKILL)
+            self._finish(Ending(self._end_reason or EndReason.START_FAILED, None, why, self._worker.tail()))
             return False
-        provisioner = self._km.provisioner
-        process = getattr(provisioner, "process", None)
-        if process is None:
-            self.log.error("generation %d: %s runs its kernel where klbr cannot watch it", self.number,
-                           type(provisioner).__name__)
-            await self._release_manager()
-            self._finish(Ending(EndReason.START_FAILED, None,
-                                f"could not be watched: its provisioner ({type(provisioner).__name__}) runs the "
-                                "kernel in no local process, which this version of klbr does not supervise yet"))
-            return False
-        self._process = WorkerProcess(process, provisioner.pgid, self._reaper, self._process_exited)
         if self._end_reason is not None:
             # `stop` came while the launch was under way (a shutdown during start): it waits for
             # the exit, so make it happen.
-            self._process.killpg(signal.SIGKILL)
+            self._worker.signal(signal.SIGKILL)
             await self._ended
             return False
-        info = self._km.get_connection_info()
+        if not self.shares_key:
+            self._take_key(info)
         self._channels.connect({name: endpoint(info, name) for name in CHANNELS})
         self._readiness.probe()
         ready = self._readiness.ready
         try:
-            async with asyncio.timeout(timeout):
+            async with asyncio.timeout_at(deadline):
                 await asyncio.wait({ready, self._exited}, return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             self.log.error("generation %d: not ready after %.0f s", self.number, timeout)
@@ -182,12 +174,39 @@ class Generation:
             return False
         if not ready.done() or ready.cancelled() or self.state is not GenerationState.STARTING:
             return False  # it died, or `stop` is ending it (a shutdown while it started)
+        if not self.shares_key:
+            await self._ask_identity()
+            if self.state is not GenerationState.STARTING:
+                return False
         self._set_state(GenerationState.READY, "answered kernel_info")
         self.state_was_ready = True
         if not self.shares_key and self._link_timeout > 0:  # from now on, silence is a lost link
             self._link = LinkWatch(f"gen{self.number}", self._zmq, endpoint(info, "hb"), self._link_timeout,
                                    self._link_lost)
         return True
+
+    def _take_key(self, info: dict) -> None:
+        """The key and scheme the worker signs with, as its provisioner reports them: its launcher may
+        have chosen its own (gateway_provisioners' do), as jupyter_client's managers then take."""
+        key = info.get("key")
+        if isinstance(key, str):
+            key = key.encode("ascii")
+        if isinstance(key, bytes) and key and key != self._session.key:
+            self._session.key = key
+        scheme = info.get("signature_scheme")
+        if isinstance(scheme, str) and scheme.startswith("hmac-") and scheme != self._session.signature_scheme:
+            self._session.signature_scheme = scheme
+
+    async def _ask_identity(self) -> None:
+        """A worker that may run elsewhere says itself where it runs (a Python one; others are
+        described by what this machine knows)."""
+        if self.kernel_info.get("language_info", {}).get("name") != "python":
+            return
+        answer = await self._readiness.ask(self._session.msg("execute_request", {
+            "code": "", "silent": True, "store_history": False, "user_expressions": {"identity": EXPRESSION},
+            "allow_stdin": False}), timeout=10)
+        if answer is not None:
+            self._identity = from_answer(answer.content, self.kernel_info)
 
     def sync_count(self, last_count: int, texts: dict[int, str]) -> None:
         """Make the worker's next execution count `last_count + 1`, `In` padded to match.
@@ -213,23 +232,20 @@ class Generation:
     async def stop(self, reason: EndReason, grace: float = 1.0) -> Ending:
         """End the generation: SIGTERM to its process group, SIGKILL after `grace` seconds."""
         self.closing(reason)
-        if self._process is None and not self._starting:
+        if self._worker is None and not self._starting:
             # Never launched, and no start under way that would launch it (one that raised)
             self._finish(Ending(reason, None, "ended before its worker was launched"))
-        if self._process is not None and not self._exited.done():
-            self._process.killpg(signal.SIGTERM)
-            try:
-                async with asyncio.timeout(grace):
-                    await asyncio.shield(self._exited)
-            except TimeoutError:
-                self._process.killpg(signal.SIGKILL)
-                await self._exited
+        if self._worker is not None and not self._exited.done() and not self._ended.done():
+            self._worker.signal(signal.SIGTERM)
+            await asyncio.wait({self._exited, self._ended}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            if not self._exited.done() and not self._ended.done():
+                self._worker.signal(signal.SIGKILL)
         return await asyncio.shield(self._ended)
 
     async def interrupt(self) -> None:
         """Interrupt as the kernelspec says (SIGINT to the group, or a control interrupt_request)."""
-        if self._km is not None and self.state not in (GenerationState.ENDING, GenerationState.ENDED):
-            await self._km.interrupt_kernel()
+        if self._worker is not None and self.state not in (GenerationState.ENDING, GenerationState.ENDED):
+            await self._worker.interrupt()
 
     def send(self, channel: str, frames: list) -> bool:
         if self.state in (GenerationState.ENDING, GenerationState.ENDED):
@@ -259,7 +275,7 @@ class Generation:
 
     @property
     def pid(self) -> int | None:
-        return self._process.pid if self._process is not None else None
+        return self._worker.pid if self._worker is not None else None
 
     @property
     def kernel_info(self) -> dict:
@@ -296,15 +312,12 @@ class Generation:
 
     async def _end_lost_link(self) -> None:
         self._channels.deliver_queued()  # what it said before falling silent still counts
-        if self._process is not None:
-            self._process.killpg(signal.SIGKILL)  # its exit then ends it, with the link's words
-            return
-        try:
-            async with asyncio.timeout(10):
-                await self._km.provisioner.kill(restart=False)
-        except Exception as e:
-            self.log.warning("generation %d: its provisioner could not kill it: %s", self.number, e)
-        self._finish(Ending(EndReason.LINK_LOST, None, self._link_how))
+        if self._worker.remote:
+            # What may still reach it ends it meanwhile (`close`: its provisioner, its agent's lease);
+            # the answer to the cell does not wait for a link that is gone.
+            self._finish(Ending(EndReason.LINK_LOST, None, self._link_how, self._worker.tail()))
+        else:
+            self._worker.signal(signal.SIGKILL)  # its exit then ends the generation, with the link's words
 
     def _received(self, channel: str, frames: list) -> None:
         try:
@@ -338,11 +351,12 @@ class Generation:
         text = wire.content.get("text", "")
         if isinstance(text, str) and text:
             self.log.info("generation %d (pid %s) printed: %s", self.number, self.pid, text.rstrip())
-            if self._process is not None and self._process.stderr is not None:
-                self._process.stderr.keep(text.encode("utf-8", "replace"))
+            if self._worker is not None:
+                self._worker.keep(text.encode("utf-8", "replace"))
 
-    def _process_exited(self, returncode: int) -> None:
-        """The worker process has ended (and what it started was killed): drain, then record the end."""
+    def _process_exited(self, returncode: int | None) -> None:
+        """The worker has ended (and what it started was killed): drain, then record the end.
+        `returncode` is None when its end came with no exit status (its provisioner's helper ended)."""
         self._exited.set_result(returncode)
         if self.state in (GenerationState.READY, GenerationState.BUSY):
             self._set_state(GenerationState.ENDING, describe_exit(returncode))
@@ -352,25 +366,23 @@ class Generation:
     async def _drain_then_finish(self, returncode: int) -> None:
         # Everything the worker sent is delivered before anyone hears of the end (semantics 7).
         await self._channels.drain(DRAIN_BOUND)
-        tail = self._process.tail()
+        tail = self._worker.tail()
         if self._end_reason is not None:
             reason = self._end_reason
         elif self.state is GenerationState.STARTING:
             reason = EndReason.START_FAILED
+        elif returncode is None:
+            reason = EndReason.LINK_LOST  # it may still run: no exit was seen
         else:
             reason = EndReason.LOST
-        await self._release_manager()
-        how = self._link_how if reason is EndReason.LINK_LOST and self._link_how else describe_exit(returncode)
+        await self._worker.release()
+        if reason is EndReason.LINK_LOST:
+            how = self._link_how or f"the helper running {self.placement}'s provisioner ended and no exit was reported"
+        elif returncode is None:
+            how = "ended through its provisioner"
+        else:
+            how = describe_exit(returncode)
         self._finish(Ending(reason, returncode, how, tail))
-
-    async def _release_manager(self) -> None:
-        """The manager's connection file, ipc files and control socket go with the generation."""
-        if self._km is None:
-            return
-        try:
-            await self._km.cleanup_resources()
-        except Exception:
-            self.log.exception("generation %d: cleaning up its kernel manager failed", self.number)
 
     def _finish(self, ending: Ending) -> None:
         if self.state is GenerationState.ENDED:
@@ -380,8 +392,8 @@ class Generation:
         self._channels.close()
         if self._link is not None:
             self._link.close()
-        if self._process is not None:
-            self._process.close()  # whatever the worker started goes with it
+        if self._worker is not None:
+            self._worker.close()  # whatever the worker started goes with it
         self._readiness.cancel()
         self._ended.set_result(ending)
         self._on_end(self, ending)

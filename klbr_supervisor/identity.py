@@ -3,9 +3,18 @@ generations table (DESIGN.md: identity)."""
 
 from __future__ import annotations
 
+import ast
+import json
 import os
 import platform
 import socket
+
+# What a Python worker that may run elsewhere is asked, as a user expression of a silent execute:
+# its own answer, from wherever it runs.
+EXPRESSION = ("__import__('json').dumps({'hostname': __import__('socket').gethostname(), "
+              "'platform': __import__('platform').system(), 'arch': __import__('platform').machine(), "
+              "'interpreter': __import__('sys').executable, 'pid': __import__('os').getpid(), "
+              "'cwd': __import__('os').getcwd()})")
 
 
 def snapshot(pid: int, kernel_info: dict) -> dict:
@@ -27,3 +36,16 @@ def snapshot(pid: int, kernel_info: dict) -> dict:
         "version": kernel_info.get("language_info", {}).get("version"),
         "pid": pid, "cwd": link("cwd"),
     }
+
+
+def from_answer(content: dict, kernel_info: dict) -> dict | None:
+    """The identity in an execute_reply to `EXPRESSION` (as user expression ``identity``), or None."""
+    try:
+        text = content["user_expressions"]["identity"]["data"]["text/plain"]
+        answer = json.loads(ast.literal_eval(text))
+    except (KeyError, TypeError, ValueError, SyntaxError):
+        return None
+    if not isinstance(answer, dict):
+        return None
+    keys = ("hostname", "platform", "arch", "interpreter", "pid", "cwd")
+    return {**{k: answer.get(k) for k in keys}, "version": kernel_info.get("language_info", {}).get("version")}

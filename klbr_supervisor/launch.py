@@ -37,6 +37,8 @@ def kernel_name_for(placement, worker_kernel: str) -> str:
         return PYTHON_AT + placement.target
     if placement.kind == "kernelspec":
         return placement.target
+    if placement.kind == "ssh":
+        return "klbr-ssh"  # no kernelspec: the agent starts ipykernel there
     return worker_kernel or OWN_INTERPRETER
 
 
@@ -50,6 +52,19 @@ def takes_ipykernel_options(kernel_name: str) -> bool:
     except Exception:
         return False
     return any("ipykernel" in a for a in argv)
+
+
+def provisioner_name(kernel_name: str) -> str:
+    """The provisioner a kernelspec names (jupyter_client's local one unless it says otherwise)."""
+    if kernel_name in (OWN_INTERPRETER, PRELAUNCHED) or kernel_name.startswith(PYTHON_AT):
+        return "local-provisioner"
+    try:
+        metadata = WorkerSpecs().get_kernel_spec(kernel_name).metadata or {}
+    except Exception:
+        return "local-provisioner"  # the launch says what is wrong with it
+    provisioner = metadata.get("kernel_provisioner")
+    name = provisioner.get("provisioner_name") if isinstance(provisioner, dict) else None
+    return name if isinstance(name, str) and name else "local-provisioner"
 
 
 class WorkerSpecs(KernelSpecManager):

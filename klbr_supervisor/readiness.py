@@ -31,6 +31,7 @@ class Readiness:
         self.ready: asyncio.Future[None] = self._loop.create_future()
         self.kernel_info: dict = {}
         self.own_ids: set[str] = set()  # msg_ids of the generation's own requests
+        self._asked: dict[str, asyncio.Future[Wire]] = {}  # those whose reply someone awaits
         self._iopub_seen = False
 
     def probe(self) -> None:
@@ -42,6 +43,22 @@ class Readiness:
         self.own_ids.add(msg["header"]["msg_id"])
         self._channels.send("shell", self._session.serialize(msg))
 
+    async def ask(self, msg: dict, timeout: float) -> Wire | None:
+        """Send a request of the generation's own and await its reply (None if none came in time)."""
+        answer = self._asked[msg["header"]["msg_id"]] = self._loop.create_future()
+        self.send_own(msg)
+        try:
+            async with asyncio.timeout(timeout):
+                return await answer
+        except TimeoutError:
+            return None
+        except asyncio.CancelledError:
+            if asyncio.current_task().cancelling():
+                raise  # the task itself is cancelled
+            return None  # the generation ended: no answer will come
+        finally:
+            self._asked.pop(msg["header"]["msg_id"], None)
+
     def iopub(self) -> None:
         """A message came on iopub: the subscription is there."""
         if not self._iopub_seen:
@@ -50,6 +67,10 @@ class Readiness:
 
     def reply(self, wire: Wire) -> None:
         """A shell reply to one of `own_ids`."""
+        answer = self._asked.get(wire.parent_id)
+        if answer is not None and not answer.done():
+            answer.set_result(wire)
+            return
         if wire.msg_type == "kernel_info_reply":
             self.kernel_info = wire.content
             self.check()
@@ -69,9 +90,11 @@ class Readiness:
             self._loop.call_later(_REPROBE, self._probe_if_waiting)
 
     def cancel(self) -> None:
-        """The generation ended before it served."""
+        """The generation ended (before it served, or while it asked something)."""
         if not self.ready.done():
             self.ready.cancel()
+        for answer in self._asked.values():
+            answer.cancel()
 
     def _probe_if_waiting(self) -> None:
         if not self.ready.done():

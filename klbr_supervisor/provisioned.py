@@ -1,0 +1,203 @@
+"""A worker started by any provisioner but jupyter_client's local one, through a helper process.
+
+The provisioner runs in `provisioner_host`, one helper process per generation, so nothing it does
+blocks the kernel's loop. This side is the generation's handle on it (the seam of `launched`):
+
+- `launch` sends the start (the fresh key travels on the pipe, never in argv) and returns the
+  connection info the provisioner reports, whose key may be one its launcher chose;
+- `interrupt` and `signal` are lines to the helper; SIGKILL also arms `KILL_BOUND`, after which the
+  helper, and the kernel's local process group if it reported one, are SIGKILLed here;
+- the end: an exit status the helper read off a local kernel process, or, when the helper ends
+  with none reported, None: the generation takes that as a lost link (its outcome unknown).
+
+The helper is not the reaper's: when the kernel dies it sees stdin's end and kills the kernel
+through its provisioner (a pod, a remote process), within its own alarm. A local kernel process
+it reports is the reaper's, as every local worker is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import signal
+import subprocess
+import sys
+from collections.abc import Callable
+
+from jupyter_client.session import Session
+
+from .exits import describe_exit
+from .launched import LaunchError
+from .process import WorkerProcess
+from .reaper import Reaper
+
+# Seconds the helper gets to kill its kernel through its provisioner before it is killed itself.
+KILL_BOUND = 10.0
+
+
+class ProvisionedWorker:
+    remote = True  # its kernel may run where only its sockets reach
+
+    def __init__(self, kernel_name: str, *, session: Session, context, runtime_dir: str, number: int,
+                 reaper: Reaper, on_exit: Callable[[int | None], None], log: logging.Logger, **_):
+        self._kernel_name = kernel_name
+        self._session = session
+        self._connection_file = os.path.join(runtime_dir, f"worker-{number}.json")
+        self._reaper = reaper
+        self._on_exit = on_exit
+        self._log = log
+        self._loop = asyncio.get_running_loop()
+        self._helper: WorkerProcess | None = None
+        self._commands = None  # the helper's stdin
+        self._reports = -1  # the read end of the helper's report pipe
+        self._buffer = b""
+        self._started: asyncio.Future[dict] = self._loop.create_future()
+        self._pgid: int | None = None  # the kernel's local process group, if it has one
+        self._kill_timer: asyncio.TimerHandle | None = None
+        self._reported = False
+        self.pid: int | None = None  # the kernel's local process, if it has one
+
+    async def launch(self, extra_arguments: list[str], env: dict[str, str]) -> dict:
+        reports, write_end = os.pipe()
+        try:
+            process = subprocess.Popen(
+                [sys.executable, "-m", "klbr_supervisor.provisioner_host", str(write_end)],
+                stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
+                pass_fds=(write_end,), start_new_session=True)
+        except OSError as e:
+            os.close(reports)
+            raise LaunchError(f"its provisioner's helper could not be started: {e}") from e
+        finally:
+            os.close(write_end)
+        self._reports = reports
+        os.set_blocking(reports, False)
+        self._loop.add_reader(reports, self._read)
+        self._commands = process.stdin
+        self._helper = WorkerProcess(process, None, self._reaper, self._helper_exited)
+        self._send(start={"kernel_name": self._kernel_name, "key": self._session.key.decode("ascii"),
+                          "signature_scheme": self._session.signature_scheme, "env": env,
+                          "username": self._session.username, "connection_file": self._connection_file})
+        return await asyncio.shield(self._started)
+
+    async def interrupt(self) -> None:
+        self._send(interrupt=1)
+
+    def signal(self, sig: int) -> None:
+        if sig == signal.SIGKILL:
+            self._send(kill=1)
+            if self._kill_timer is None and self._helper is not None:
+                self._kill_timer = self._loop.call_later(KILL_BOUND, self._kill_now)
+        else:
+            self._send(terminate=1)
+
+    def keep(self, data: bytes) -> None:
+        if self._helper is not None and self._helper.stderr is not None:
+            self._helper.stderr.keep(data)
+
+    def tail(self) -> str:
+        return self._helper.tail() if self._helper is not None else ""
+
+    async def release(self) -> None:
+        """The helper cleans up after its provisioner itself."""
+
+    def close(self) -> None:
+        """The generation has ended: the helper is told to finish (if it has not), and a local
+        kernel process group goes now, as any local worker's does."""
+        if self._kill_timer is not None:
+            self._kill_timer.cancel()
+            self._kill_timer = None
+        if self._commands is not None:
+            try:
+                self._commands.close()
+            except OSError:
+                pass
+            self._commands = None
+        if self._pgid is not None:
+            _killpg(self._pgid)
+            self._reaper.forget(self._pgid)
+            self._pgid = None
+        self._close_reports()
+        if self._helper is not None and self._helper.stderr is not None:
+            self._helper.stderr.close()
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _send(self, **message) -> None:
+        if self._commands is None:
+            return
+        try:
+            self._commands.write(json.dumps(message).encode() + b"\n")
+            self._commands.flush()
+        except (OSError, ValueError):
+            pass  # the helper is gone; its exit says so
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = os.read(self._reports, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._close_reports()
+                return
+            self._buffer += data
+            *lines, self._buffer = self._buffer.split(b"\n")
+            for line in lines:
+                self._report(line)
+
+    def _report(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return
+        if "started" in message and not self._started.done():
+            self.pid = message.get("pid")
+            self._pgid = message.get("pgid")
+            if self._pgid:
+                self._reaper.watch(self._pgid)
+            self._started.set_result(message["started"])
+        elif "failed" in message and not self._started.done():
+            self._started.set_exception(LaunchError(str(message["failed"])))
+        elif "exited" in message and self._started.done() and not self._started.exception():
+            self._end(message["exited"])
+
+    def _helper_exited(self, returncode: int) -> None:
+        if self._reports >= 0:
+            self._read()  # what it reported before it ended comes first
+        if not self._started.done():
+            tail = self._helper.tail().strip().splitlines()[-1:] if self._helper is not None else []
+            self._started.set_exception(LaunchError(
+                f"its provisioner's helper {describe_exit(returncode)}" + (f": {tail[0]}" if tail else "")))
+            return
+        self._end(None)
+
+    def _end(self, status: int | None) -> None:
+        if not self._reported and self._started.exception() is None:
+            self._reported = True
+            self._on_exit(status)
+
+    def _kill_now(self) -> None:
+        self._kill_timer = None
+        self._log.warning("the provisioner helper of %s did not end its kernel within %.0f s: killed",
+                          self._kernel_name, KILL_BOUND)
+        if self._helper is not None:
+            self._helper.killpg(signal.SIGKILL)
+        if self._pgid is not None:
+            _killpg(self._pgid)
+
+    def _close_reports(self) -> None:
+        if self._reports >= 0:
+            self._loop.remove_reader(self._reports)
+            os.close(self._reports)
+            self._reports = -1
+
+
+def _killpg(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except (ProcessLookupError, PermissionError):
+        pass

@@ -1,0 +1,156 @@
+"""The helper process that runs one generation's provisioner, off the kernel's event loop.
+
+A provisioner other than jupyter_client's local one may block its loop (gateway_provisioners'
+shutdown waits on a `Popen` for up to 30 s, its SSH path blocks on paramiko) or run the kernel where
+no pidfd reaches. `provisioned.ProvisionedWorker` starts this file as
+``python -m klbr_supervisor.provisioner_host REPORT_FD``, one per generation, and speaks JSON lines:
+
+- in, on stdin: ``{"start": {...}}`` first (kernelspec name, the generation's fresh key, env, the
+  connection file's path: never on the command line), then any of ``{"interrupt": 1}``,
+  ``{"terminate": 1}``, ``{"kill": 1}``;
+- out, on REPORT_FD: ``{"started": INFO, "pid": P, "pgid": G}`` (P and G only when the kernel is a
+  process of this machine), or ``{"failed": TEXT}``; later ``{"exited": STATUS}``, only from the
+  real exit of such a local process. A provisioner's `poll()` is never taken for an exit: a remote
+  one may report a live kernel dead during a network cut.
+
+Stdin's end means shut down now, as does ``kill``, SIGTERM or the kernel's own exit: the kernel is
+killed through its provisioner and its resources cleaned up, each call bounded, and the helper exits.
+An alarm bounds the whole of it, so a helper never outlives its kernel process for long.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+
+BOUND = 20.0  # seconds a provisioner call gets before the helper goes on without it
+
+
+class Host:
+    def __init__(self, report_fd: int):
+        self._report = os.fdopen(report_fd, "w", buffering=1)
+        self._loop = asyncio.get_running_loop()
+        self.now = asyncio.Event()  # shut down now
+        self.km = None
+        self.starting: asyncio.Future | None = None
+        self._exited = False
+
+    def say(self, **message) -> None:
+        try:
+            self._report.write(json.dumps(message) + "\n")
+        except (OSError, ValueError):
+            self.now.set()  # nobody listens: the kernel that started it is gone
+
+    async def start(self, spec: dict) -> None:
+        from jupyter_client.manager import AsyncKernelManager
+        from jupyter_client.session import Session
+
+        session = Session(key=spec["key"].encode("ascii"), signature_scheme=spec["signature_scheme"],
+                          username=spec.get("username") or "klbr")
+        self.km = AsyncKernelManager(kernel_name=spec["kernel_name"], session=session,
+                                     connection_file=spec["connection_file"])
+        try:
+            await self.km.start_kernel(env=spec["env"])
+        except Exception as e:
+            self.say(failed=f"{type(e).__name__}: {e}")
+            self.now.set()
+            return
+        info = self.km.get_connection_info()
+        info = {k: (v.decode("ascii") if isinstance(v, bytes) else v) for k, v in info.items()}
+        process = self._local_process()
+        pid = process.pid if process is not None else None
+        pgid = None
+        if pid is not None:
+            try:
+                pgid = os.getpgid(pid)
+            except OSError:
+                pass
+            if pgid == os.getpgid(0):
+                pgid = None  # in our own group: what the kernel's reaper must not take down with it
+        self.say(started=info, pid=pid, pgid=pgid)
+        if process is not None:
+            fd = os.pidfd_open(pid)
+            self._loop.add_reader(fd, self._kernel_exited, process, fd)
+
+    def _local_process(self):
+        """The kernel's process on this machine, when its provisioner keeps one (a `Popen`)."""
+        provisioner = self.km.provisioner
+        for name in ("process", "local_proc"):
+            process = getattr(provisioner, name, None)
+            if process is not None and hasattr(process, "pid"):
+                return process
+        return None
+
+    def _kernel_exited(self, process, fd: int) -> None:
+        self._loop.remove_reader(fd)
+        os.close(fd)
+        self._exited = True
+        self.say(exited=process.wait())
+        self.now.set()
+
+    async def command(self, message: dict) -> None:
+        if "kill" in message:
+            self.now.set()
+        elif self.km is None or self.km.provisioner is None:
+            return
+        elif "interrupt" in message:
+            await _bounded(self.km.interrupt_kernel())
+        elif "terminate" in message:
+            await _bounded(self.km.provisioner.terminate())
+
+    async def shut_down(self) -> None:
+        signal.alarm(int(3 * BOUND))  # whatever blocks below, the helper ends
+        if self.starting is not None and not self.starting.done():
+            self.starting.cancel()  # a launch under way: what it started is killed below
+            await asyncio.wait({self.starting}, timeout=BOUND)
+        if self.km is None or self.km.provisioner is None:
+            return
+        if not self._exited:
+            await _bounded(self.km.provisioner.kill(restart=False))
+        await _bounded(self.km.cleanup_resources())
+
+
+async def _bounded(awaitable) -> None:
+    try:
+        async with asyncio.timeout(BOUND):
+            await awaitable
+    except Exception as e:
+        print(f"klbr provisioner helper: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+
+
+async def _commands(host: Host, reader: asyncio.StreamReader) -> None:
+    started = False
+    while line := await reader.readline():
+        try:
+            message = json.loads(line)
+        except ValueError:
+            continue
+        if not isinstance(message, dict):
+            continue
+        if "start" in message and not started:
+            started = True
+            host.starting = asyncio.ensure_future(host.start(message["start"]))
+        else:
+            await host.command(message)
+    host.now.set()
+
+
+async def main(report_fd: int) -> None:
+    host = Host(report_fd)
+    loop = asyncio.get_running_loop()
+    loop.add_signal_handler(signal.SIGTERM, host.now.set)
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    commands = asyncio.ensure_future(_commands(host, reader))
+    await host.now.wait()
+    commands.cancel()
+    await host.shut_down()
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a Ctrl-C in the kernel's terminal is not for it
+    asyncio.run(main(int(sys.argv[1])))
+    os._exit(0)  # threads a provisioner left behind do not keep the helper alive

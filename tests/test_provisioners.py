@@ -1,0 +1,248 @@
+"""`kernelspec:` placements whose provisioner is not jupyter_client's local one.
+
+They run in a helper process per generation (`klbr_supervisor.provisioner_host`), off the kernel's
+loop. Two real provisioners:
+
+- gateway_provisioners' distributed provisioner in its localhost mode, its kernelspec installed by its
+  own `jupyter-ssh-spec install`: a real `RemoteProvisionerBase` launch (the launcher script, the
+  encrypted response to the response address, signals over the launcher's comm port, a key the
+  launcher chose);
+- `tests/provisioners/klbr_test_provisioner.py`, whose network to its kernel the test cuts, and whose
+  `poll()` flaps.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import collect, execute, process_gone, results, start_kernel, stream_text, worker_pid
+
+HERE = Path(__file__).parent
+BIN = Path(sys.executable).parent
+
+
+def value(kc, expression: str):
+    reply, outputs = execute(kc, expression)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    (text,) = results(outputs)
+    return eval(text)
+
+
+def status(kc) -> dict[str, str]:
+    reply, outputs = execute(kc, "%klbr status")
+    rows = [line.split(None, 1) for line in stream_text(outputs).splitlines()]
+    return {k: v for k, v in (r if len(r) == 2 else (r[0], "") for r in rows)}
+
+
+def wait_for_stream(kc, msg_id: str) -> None:
+    while not (lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream")(
+            kc.get_iopub_msg(timeout=30)):
+        pass
+
+
+@pytest.fixture(scope="module")
+def gateway_specs(tmp_path_factory) -> Path:
+    """gateway_provisioners' own installer, as its docs say: `jupyter-ssh-spec install`. Its default
+    refuses root (`unauthorized_users`); this machine's tests run as root, so the spec lets it."""
+    prefix = tmp_path_factory.mktemp("gateway")
+    subprocess.run([str(BIN / "jupyter-ssh-spec"), "install", f"--prefix={prefix}", "--kernel-name=gp-local",
+                    "--unauthorized-users=nobody"], check=True, capture_output=True)
+    return prefix / "share" / "jupyter"
+
+
+def on_gateway(tmp_path, specs: Path, *options):
+    return start_kernel(
+        extra_arguments=[*options],
+        env={"JUPYTER_PATH": os.pathsep.join([str(specs), os.environ["JUPYTER_PATH"]]),
+             # the spec's argv runs `python`: this venv's, which has ipykernel and the launcher's needs
+             "PATH": os.pathsep.join([str(BIN), os.environ["PATH"]]),
+             "KLBR_DB": str(tmp_path / "log.sqlite3")})
+
+
+def test_gateway_provisioners_distributed_provisioner_runs_the_workbench(tmp_path, gateway_specs):
+    with on_gateway(tmp_path, gateway_specs) as (km, kc):
+        execute(kc, "kept = 1")
+        reply, outputs = execute(kc, "%klbr placement kernelspec:gp-local", timeout=90)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        assert "generation 2 runs on kernelspec:gp-local" in stream_text(outputs)
+        # The launcher chose the worker's key; the proxy verifies with it and re-signs with ours.
+        key = value(kc, "get_ipython().kernel.session.key")
+        assert key and key != km.session.key
+        assert execute(kc, "kept")[0]["content"]["ename"] == "NameError"
+        reply, outputs = execute(kc, "print('through'); 6 * 7")
+        assert stream_text(outputs) == "through\n" and results(outputs) == ["42"]
+        msg_id = kc.execute("answer = input('name? ')", allow_stdin=True)
+        assert kc.get_stdin_msg(timeout=30)["content"]["prompt"] == "name? "
+        kc.input("klbr")
+        assert kc.get_shell_msg(timeout=30)["content"]["status"] == "ok"
+        assert value(kc, "answer") == "klbr"
+        st = status(kc)
+        assert st["placement"] == "kernelspec:gp-local" and st["standby"] == "off"
+        # An interrupt is a SIGINT the provisioner sends over the launcher's comm port.
+        msg_id = kc.execute("print('asleep', flush=True); import time; time.sleep(60)")
+        wait_for_stream(kc, msg_id)
+        km.interrupt_kernel()
+        reply, _ = collect(kc, msg_id)
+        assert reply["content"]["ename"] == "KeyboardInterrupt"
+        assert value(kc, "answer") == "klbr"  # the same generation
+        # The kernel exits: its launcher is a process here, so its status is real: WorkerLost, and
+        # a new generation on the same placement.
+        pid = worker_pid(kc)
+        reply, _ = execute(kc, "import os; os._exit(3)", timeout=60)
+        assert reply["content"]["ename"] == "WorkerLost" and "exited with status 3" in reply["content"]["evalue"]
+        assert value(kc, "6 * 7") == 42
+        assert worker_pid(kc) != pid and status(kc)["placement"] == "kernelspec:gp-local"
+        helper = _helpers_of(km.provisioner.process.pid)
+        assert len(helper) == 1, helper
+    assert process_gone(pid)
+    assert all(process_gone(p, timeout=30) for p in helper), "a shutdown ends the helper and its kernel"
+
+
+def _helpers_of(kernel: int) -> list[int]:
+    """The provisioner helpers the kernel process `kernel` started."""
+    found = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                stat = Path(f"/proc/{entry}/stat").read_text()
+                cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == kernel and b"klbr_supervisor.provisioner_host" in cmdline:
+                found.append(int(entry))
+    return found
+
+
+@pytest.fixture(params=["local", "remote"])
+def cuttable(tmp_path, request) -> tuple[Path, Path, bool]:
+    """The cuttable provisioner's kernelspec, and its control directory: with its kernel's process
+    in sight (a local one), or kept to itself (as a pod's or another host's is)."""
+    control = tmp_path / "control"
+    control.mkdir()
+    spec = tmp_path / "specs" / "kernels" / "cuttable"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "ipykernel behind a network the test cuts", "language": "python",
+        "metadata": {"kernel_provisioner": {"provisioner_name": "klbr-cuttable-provisioner",
+                                            "config": {"control": str(control),
+                                                       "remote": request.param == "remote"}}}}))
+    return tmp_path / "specs", control, request.param == "remote"
+
+
+def on_cuttable(tmp_path, specs: Path, *options):
+    return start_kernel(
+        extra_arguments=["--Supervisor.placement=kernelspec:cuttable", *options],
+        env={"JUPYTER_PATH": os.pathsep.join([str(specs), os.environ["JUPYTER_PATH"]]),
+             "PYTHONPATH": os.pathsep.join([str(HERE / "provisioners"), os.environ.get("PYTHONPATH", "")]),
+             "KLBR_DB": str(tmp_path / "log.sqlite3")})
+
+
+def launches(control: Path) -> list[int]:
+    return [int(line) for line in (control / "launches").read_text().split()]
+
+
+def test_a_cut_network_is_placement_lost_never_rerun_and_no_second_kernel(tmp_path, cuttable):
+    specs, control, remote = cuttable
+    with on_cuttable(tmp_path, specs, "--Supervisor.link_timeout=3") as (km, kc):
+        execute(kc, "kept = 1")
+        for i in range(5):  # its poll() says "dead" every other time: nobody listens to it
+            assert value(kc, f"{i} + 1") == i + 1
+        (first,) = launches(control)
+        assert worker_pid(kc) == first
+        # Where it runs, in its own words (nothing here may see its process): the status and the log.
+        assert f"python {sys.version_info.major}.{sys.version_info.minor}" in status(kc)["worker"]
+        assert f"at {sys.executable}," in status(kc)["worker"]
+        msg_id = kc.execute("print('running', flush=True)\nimport time\ntime.sleep(60)")
+        wait_for_stream(kc, msg_id)
+        with open(control / "cut", "w") as fifo:
+            fifo.write("cut\n")
+        cut = time.monotonic()
+        reply, outputs = collect(kc, msg_id, timeout=30)
+        assert reply["content"]["ename"] == "PlacementLost", reply["content"]
+        assert time.monotonic() - cut < 3 + 5
+        assert "outcome is unknown" in reply["content"]["evalue"] and "%klbr reconnect" in reply["content"]["evalue"]
+        for _ in range(2):
+            reply, _ = execute(kc, "40 + 2")
+            assert reply["content"]["ename"] == "PlacementLost"
+        assert launches(control) == [first], "no second kernel while the first may still run"
+        assert process_gone(first), "what can still reach it (here, its provisioner) ends it"
+        reply, outputs = execute(kc, "%klbr reconnect", timeout=60)
+        assert reply["content"]["status"] == "ok" and "runs on kernelspec:cuttable" in stream_text(outputs)
+        assert value(kc, "40 + 2") == 42
+        assert execute(kc, "kept")[0]["content"]["ename"] == "NameError"
+        assert len(launches(control)) == 2
+    db = sqlite3.connect(tmp_path / "log.sqlite3")
+    identity = json.loads(db.execute("SELECT identity FROM generations ORDER BY number LIMIT 1").fetchone()[0])
+    assert identity["pid"] == first and identity["interpreter"] == sys.executable
+    rows = db.execute("SELECT code, status FROM cells ORDER BY id").fetchall()
+    assert ("print('running', flush=True)\nimport time\ntime.sleep(60)", "unknown") in rows
+    assert [s for c, s in rows if c == "40 + 2"] == ["refused", "refused", "ok"]
+
+
+def test_a_provisioned_kernel_that_exits_is_worker_lost_only_when_its_exit_is_seen(tmp_path, cuttable):
+    """A local process's exit is real: WorkerLost, and a new generation. A kernel whose process
+    nobody here sees may as well be cut off: PlacementLost, and nothing starts until asked."""
+    specs, control, remote = cuttable
+    with on_cuttable(tmp_path, specs, "--Supervisor.link_timeout=3") as (km, kc):
+        reply, _ = execute(kc, "import os; os.kill(os.getpid(), 9)", timeout=60)
+        if remote:
+            assert reply["content"]["ename"] == "PlacementLost", reply["content"]
+            assert execute(kc, "6 * 7")[0]["content"]["ename"] == "PlacementLost"
+            assert len(launches(control)) == 1
+            execute(kc, "%klbr reconnect", timeout=60)
+        else:
+            assert reply["content"]["ename"] == "WorkerLost", reply["content"]
+        assert value(kc, "6 * 7") == 42
+        assert len(launches(control)) == 2
+
+
+def test_a_provisioner_that_fails_its_launch_is_named(tmp_path, cuttable):
+    specs, control, remote = cuttable
+    os.rmdir(control)  # where it writes its launches: its launch raises
+    with on_cuttable(tmp_path, specs) as (km, kc):
+        reply, _ = execute(kc, "1 + 1", timeout=60)
+        assert reply["content"]["status"] == "error"
+        assert reply["content"]["ename"] == "WorkerStartFailed", reply["content"]
+        assert "could not be launched" in reply["content"]["evalue"], reply["content"]["evalue"]
+
+
+def test_a_killed_kernel_process_leaves_no_provisioned_kernel_or_helper(tmp_path, cuttable):
+    """The helper's end of the kernel's pipe closes when the kernel dies, however it dies: the helper
+    shuts its kernel down through the provisioner, and ends."""
+    specs, control, remote = cuttable
+    with on_cuttable(tmp_path, specs) as (km, kc):
+        assert value(kc, "6 * 7") == 42
+        (kernel,) = launches(control)
+        helpers = _helpers_of(km.provisioner.process.pid)
+        assert len(helpers) == 1
+        km.provisioner.process.send_signal(signal.SIGKILL)
+        km.provisioner.process.wait()
+        assert process_gone(kernel, timeout=30), "the provisioned kernel outlived klbr"
+        assert process_gone(helpers[0], timeout=30), "the helper outlived klbr"
+
+
+def test_an_interrupt_the_kernel_ignores_ends_in_worker_killed_through_the_provisioner(tmp_path, cuttable):
+    """The ladder on a provisioned kernel: the interrupt goes through the provisioner, and after
+    `interrupt_grace` so does the kill; a new generation follows, as on `local`."""
+    specs, control, remote = cuttable
+    with on_cuttable(tmp_path, specs, "--Supervisor.interrupt_grace=1") as (km, kc):
+        msg_id = kc.execute("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                            "print('deaf', flush=True)\ntime.sleep(60)")
+        wait_for_stream(kc, msg_id)
+        (first,) = launches(control)
+        km.interrupt_kernel()
+        reply, _ = collect(kc, msg_id, timeout=60)
+        assert reply["content"]["ename"] == "WorkerKilled", reply["content"]
+        assert process_gone(first)
+        assert value(kc, "6 * 7") == 42
+        assert len(launches(control)) == 2
