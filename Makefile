@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 MODULES := $(shell ls klbr_kernel/*.py klbr_supervisor/*.py klbr_supervisor/*/*.py | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.klbr-installed-$(MODULES)
 
-.PHONY: demo test bench bytecode browser-deps clean
+.PHONY: demo test bench bytecode browser-deps ssh-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -35,6 +35,12 @@ browser-deps:
 	@command -v chromium >/dev/null 2>&1 || { \
 		(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
+# Debian's openssh-server for the ssh:// placement tests (each test module starts its own sshd on
+# 127.0.0.1 with throwaway keys, and stops it).
+ssh-deps:
+	@test -x /usr/sbin/sshd && command -v ssh >/dev/null 2>&1 || { \
+		(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; }
+
 # A second interpreter for `python:` placement tests and benchmarks: a venv with ipykernel and
 # nothing of klbr, as a user's other project would have.
 OTHER := .venv-ipykernel
@@ -43,10 +49,10 @@ $(OTHER)/.ready:
 	$(OTHER)/bin/python -m pip install --quiet --disable-pip-version-check ipykernel
 	touch $@
 
-test: bytecode browser-deps $(OTHER)/.ready
+test: bytecode browser-deps ssh-deps $(OTHER)/.ready
 	$(BIN)/python -m pytest -q -ra
 
-bench: bytecode $(OTHER)/.ready
+bench: bytecode ssh-deps $(OTHER)/.ready
 	$(BIN)/python benchmarks/compare.py --readme README.md
 
 clean:

@@ -29,10 +29,10 @@ from .launch import takes_ipykernel_options
 from .launched import LaunchError, worker_for
 from .placement import Placement, PlacementError
 from .reaper import Reaper
-from .identity import EXPRESSION, from_answer, snapshot
+from .identity import ask_identity, snapshot
 from .link import LinkWatch, endpoint
 from .readiness import Readiness
-from .resign import Resigner
+from .resign import Resigner, take_key
 from .states import TRANSITIONS, Ending, EndReason, GenerationState
 from .wire import Wire
 
@@ -161,7 +161,7 @@ class Generation:
             await self._ended
             return False
         if not self.shares_key:
-            self._take_key(info)
+            take_key(self._session, info)
         self._channels.connect({name: endpoint(info, name) for name in CHANNELS})
         self._readiness.probe()
         ready = self._readiness.ready
@@ -175,7 +175,7 @@ class Generation:
         if not ready.done() or ready.cancelled() or self.state is not GenerationState.STARTING:
             return False  # it died, or `stop` is ending it (a shutdown while it started)
         if not self.shares_key:
-            await self._ask_identity()
+            self._identity = await ask_identity(self._readiness, self._session)
             if self.state is not GenerationState.STARTING:
                 return False
         self._set_state(GenerationState.READY, "answered kernel_info")
@@ -184,29 +184,6 @@ class Generation:
             self._link = LinkWatch(f"gen{self.number}", self._zmq, endpoint(info, "hb"), self._link_timeout,
                                    self._link_lost)
         return True
-
-    def _take_key(self, info: dict) -> None:
-        """The key and scheme the worker signs with, as its provisioner reports them: its launcher may
-        have chosen its own (gateway_provisioners' do), as jupyter_client's managers then take."""
-        key = info.get("key")
-        if isinstance(key, str):
-            key = key.encode("ascii")
-        if isinstance(key, bytes) and key and key != self._session.key:
-            self._session.key = key
-        scheme = info.get("signature_scheme")
-        if isinstance(scheme, str) and scheme.startswith("hmac-") and scheme != self._session.signature_scheme:
-            self._session.signature_scheme = scheme
-
-    async def _ask_identity(self) -> None:
-        """A worker that may run elsewhere says itself where it runs (a Python one; others are
-        described by what this machine knows)."""
-        if self.kernel_info.get("language_info", {}).get("name") != "python":
-            return
-        answer = await self._readiness.ask(self._session.msg("execute_request", {
-            "code": "", "silent": True, "store_history": False, "user_expressions": {"identity": EXPRESSION},
-            "allow_stdin": False}), timeout=10)
-        if answer is not None:
-            self._identity = from_answer(answer.content, self.kernel_info)
 
     def sync_count(self, last_count: int, texts: dict[int, str]) -> None:
         """Make the worker's next execution count `last_count + 1`, `In` padded to match.

@@ -49,3 +49,13 @@ def from_answer(content: dict, kernel_info: dict) -> dict | None:
         return None
     keys = ("hostname", "platform", "arch", "interpreter", "pid", "cwd")
     return {**{k: answer.get(k) for k in keys}, "version": kernel_info.get("language_info", {}).get("version")}
+
+
+async def ask_identity(readiness, session) -> dict | None:
+    """Ask a Python worker that may run elsewhere where it runs (None: not Python, or no answer)."""
+    if readiness.kernel_info.get("language_info", {}).get("name") != "python":
+        return None
+    answer = await readiness.ask(session.msg("execute_request", {
+        "code": "", "silent": True, "store_history": False, "user_expressions": {"identity": EXPRESSION},
+        "allow_stdin": False}), timeout=10)
+    return from_answer(answer.content, readiness.kernel_info) if answer is not None else None

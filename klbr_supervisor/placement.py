@@ -4,7 +4,8 @@ A spec is text, as `Supervisor.placement`, `%klbr placement SPEC` and `host.relo
 
 - ``local``: ipykernel on the proxy's own interpreter, or `Supervisor.worker_kernel`'s kernelspec;
 - ``python:/abs/path/to/python``: ipykernel on another interpreter or venv of this machine;
-- ``kernelspec:NAME``: any installed kernelspec, and with it any jupyter_client provisioner.
+- ``kernelspec:NAME``: any installed kernelspec, and with it any jupyter_client provisioner;
+- ``ssh://[user@]host[:port]/abs/path/to/python``: ipykernel on a machine reached by ssh (see `ssh`).
 
 A worker on this machine under this user (``local``, ``python:``) shares the frontend's key, so its
 messages are relayed untouched, and keeps a warm spare. Every other one gets a fresh key per
@@ -16,11 +17,16 @@ from __future__ import annotations
 
 import asyncio
 import os
+import re
 from dataclasses import dataclass
 
 from .launch import WorkerSpecs
 
-KINDS = ("local", "python", "kernelspec")
+KINDS = ("local", "python", "kernelspec", "ssh")
+# What an ssh:// spec may hold: its parts go to ssh's command line and the remote shell as words.
+_HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\]")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+_REMOTE_PATH = re.compile(r"/[A-Za-z0-9._/+-]*")
 # What a provisioner is given of the kernel's environment (its kernelspec's `env` comes on top):
 # what code needs to find its tools, libraries, GPUs and network, not the kernel's secrets.
 _MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
@@ -39,6 +45,19 @@ class Placement:
     spec: str  # as the user wrote it, normalised
     kind: str  # one of KINDS
     target: str = ""  # the interpreter's path, or the kernelspec's name
+    host: str = ""  # ssh:// only: where, as whom, on which port
+    user: str = ""
+    port: int | None = None
+
+    @property
+    def python(self) -> str:
+        """The interpreter of a ``python:`` or ``ssh://`` placement."""
+        return self.target
+
+    @property
+    def destination(self) -> str:
+        """ssh's destination argument: ``[user@]host``."""
+        return f"{self.user}@{self.host.strip('[]')}" if self.user else self.host.strip("[]")
 
     @property
     def shares_key(self) -> bool:
@@ -69,12 +88,12 @@ def parse(spec: str) -> Placement:
     spec = (spec or "").strip()
     if spec == "local":
         return LOCAL
+    if spec.startswith("ssh://"):
+        return _parse_ssh(spec)
     kind, sep, target = spec.partition(":")
     if not sep or kind not in ("python", "kernelspec"):
-        if spec.startswith("ssh://"):
-            raise PlacementError(f"{spec!r}: ssh:// placement is not available in this version")
-        raise PlacementError(f"{spec!r} is no placement; use local, python:/abs/path/to/python "
-                             "or kernelspec:NAME")
+        raise PlacementError(f"{spec!r} is no placement; use local, python:/abs/path/to/python, "
+                             "kernelspec:NAME or ssh://[user@]host[:port]/abs/path/to/python")
     if kind == "python":
         if not os.path.isabs(target):
             raise PlacementError(f"{spec!r}: the interpreter must be an absolute path, as in python:/usr/bin/python3")
@@ -84,7 +103,31 @@ def parse(spec: str) -> Placement:
     return Placement(spec, "kernelspec", target)
 
 
-async def check(placement: Placement, kernelspecs) -> None:
+def _parse_ssh(spec: str) -> Placement:
+    netloc, slash, path = spec[len("ssh://"):].partition("/")
+    if not slash or not path:
+        raise PlacementError(f"{spec!r}: ssh:// needs the interpreter's absolute path after the host, as in "
+                             "ssh://gpu-box/usr/bin/python3")
+    python = os.path.normpath("/" + path)
+    user, _, hostport = netloc.rpartition("@")
+    if hostport.startswith("["):
+        host, _, rest = hostport.partition("]")
+        host, port = host + "]", rest[1:] if rest.startswith(":") else rest
+    else:
+        host, _, port = hostport.partition(":")
+    if not _HOST.fullmatch(host):
+        raise PlacementError(f"{spec!r}: {host!r} is not a host name ssh can be given")
+    if user and not _USER.fullmatch(user):
+        raise PlacementError(f"{spec!r}: {user!r} is not a user name ssh can be given")
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise PlacementError(f"{spec!r}: {port!r} is not a port")
+    if not _REMOTE_PATH.fullmatch(python):
+        raise PlacementError(f"{spec!r}: the interpreter's path may hold only letters, digits and . _ / + -")
+    normal = f"ssh://{user + '@' if user else ''}{host}{':' + port if port else ''}{python}"
+    return Placement(normal, "ssh", python, host=host, user=user, port=int(port) if port else None)
+
+
+async def check(placement: Placement, kernelspecs, ssh: tuple[list[str], list[str]] = (["ssh"], [])) -> None:
     """Whether a generation can start there at all, before the current one is ended for it.
 
     `kernelspecs` is a `KernelSpecManager`. Raises `PlacementError` saying what is missing: the
@@ -102,14 +145,20 @@ async def check(placement: Placement, kernelspecs) -> None:
             known = ", ".join(sorted(names)) or "none"
             raise PlacementError(f"{placement}: no kernelspec named {placement.target!r} is installed "
                                  f"(installed: {known})")
+    elif placement.kind == "ssh":
+        from .ssh import check as reachable
+
+        why = await reachable(placement, *ssh)
+        if why is not None:
+            raise PlacementError(f"{placement}: {why}")
 
 
-async def problem(spec) -> str | None:
+async def problem(spec, ssh: tuple[list[str], list[str]] = (["ssh"], [])) -> str | None:
     """Why `spec` is no placement a generation can run on, or None (`host.relocate` asks)."""
     if not isinstance(spec, str):
         return "a placement spec is a string, as in python:/usr/bin/python3"
     try:
-        await check(parse(spec), WorkerSpecs())
+        await check(parse(spec), WorkerSpecs(), ssh)
     except PlacementError as e:
         return str(e)
     return None

@@ -54,3 +54,16 @@ class Resigner:
         key (or by the proxy) -> the same message signed with the generation's key."""
         signed = [_bytes(f) for f in frames[2:6]]
         return [DELIM, self.worker.sign(signed), *signed, *frames[6:]]
+
+
+def take_key(session, info: dict) -> None:
+    """The key and scheme a worker signs with, as its launch reports them, into its `session`: a
+    provisioner's launcher may choose its own (gateway_provisioners' do)."""
+    key = info.get("key")
+    if isinstance(key, str):
+        key = key.encode("ascii")
+    if isinstance(key, bytes) and key and key != session.key:
+        session.key = key
+    scheme = info.get("signature_scheme")
+    if isinstance(scheme, str) and scheme.startswith("hmac-") and scheme != session.signature_scheme:
+        session.signature_scheme = scheme

@@ -4,7 +4,7 @@ subclasses, so `Supervisor.cell_timeout` sets the trait declared here."""
 
 from __future__ import annotations
 
-from traitlets import Bool, Float, Int, Unicode
+from traitlets import Bool, Float, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
 
@@ -15,7 +15,8 @@ class SupervisorSettings(LoggingConfigurable):
     )
     placement = Unicode(
         "local", config=True,
-        help="Where the first generation runs: local, python:/abs/path/to/python or kernelspec:NAME; "
+        help="Where the first generation runs: local, python:/abs/path/to/python, kernelspec:NAME or "
+             "ssh://[user@]host[:port]/abs/path/to/python; "
              "`%klbr placement SPEC` moves the session later.",
     )
     startup_timeout = Float(60.0, config=True, help="Seconds a new generation has to answer kernel_info.")
@@ -40,8 +41,18 @@ class SupervisorSettings(LoggingConfigurable):
     )
     link_timeout = Float(
         15.0, config=True,
-        help="Seconds a worker that does not share the frontend's key (kernelspec: placements) may be "
-             "silent, heartbeat included, before its link counts as lost (PlacementLost; 0 = never).",
+        help="Seconds a worker that does not share the frontend's key (kernelspec: and ssh:// placements) "
+             "may be silent, heartbeat included, before its link counts as lost (PlacementLost; 0 = "
+             "never); also an ssh:// agent's lease.",
+    )
+    ssh_command = Unicode(
+        "ssh", config=True,
+        help="The ssh client ssh:// placements run (words, as a shell splits them), with the kernel's "
+             "environment, so ~/.ssh/config, agents and ProxyJump apply.",
+    )
+    ssh_options = List(
+        Unicode(), config=True,
+        help="Arguments added to every ssh:// connection, before the destination (e.g. -F CONFIG, -i KEY).",
     )
     poison_after = Int(
         2, config=True,
@@ -52,3 +63,10 @@ class SupervisorSettings(LoggingConfigurable):
     def standby_on(self) -> bool:
         """`standby` as configured, else whether the current placement keeps a spare by default."""
         return self.standby if self.standby is not None else self.where.warm
+
+    @property
+    def ssh(self) -> tuple[list[str], list[str]]:
+        """ssh's command and the options added to it, as `ssh://` launches and checks take them."""
+        from .ssh import split
+
+        return split(self.ssh_command), list(self.ssh_options)

@@ -128,6 +128,7 @@ class Supervisor(SupervisorSettings):
             log=self.log,
             host=Credentials.from_environ(host),
             link_timeout=self.link_timeout,
+            launch_options={"ssh_command": self.ssh[0], "ssh_options": self.ssh[1]},
         )
         self.host.admit(gen, gen.host)
         self._live.add(gen)
@@ -167,7 +168,7 @@ class Supervisor(SupervisorSettings):
         if self._bad_placement is not None:
             raise PlacementError(self._bad_placement)
         if placement.kind != "local":
-            await check(placement, WorkerSpecs())
+            await check(placement, WorkerSpecs(), self.ssh)
 
     def _ensure_spare(self) -> None:
         if self.standby_on and self.spare is None and not self._stopping and self.crash_loop is None:
@@ -212,7 +213,7 @@ class Supervisor(SupervisorSettings):
         has failed to start (its `ending` says why)."""
         target = parse(spec)
         if check_first:
-            await check(target, WorkerSpecs())
+            await check(target, WorkerSpecs(), self.ssh)
         old, before = self.current, self.where
         self.where, self._bad_placement = target, None
         self.policy.reset_restarts()

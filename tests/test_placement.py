@@ -58,8 +58,16 @@ def test_specs_are_parsed_or_refused_with_the_reason():
     assert parse("local").kind == "local"
     assert parse("python:/usr/bin/../bin/python3").spec == "python:/usr/bin/python3"
     assert parse("kernelspec:python3").target == "python3"
+    ssh = parse("ssh://me@gpu-box:2222/opt/venv/bin/../bin/python")
+    assert (ssh.kind, ssh.destination, ssh.port, ssh.python) == ("ssh", "me@gpu-box", 2222, "/opt/venv/bin/python")
+    assert ssh.spec == "ssh://me@gpu-box:2222/opt/venv/bin/python" and not ssh.shares_key and not ssh.warm
+    assert parse("ssh://[::1]/usr/bin/python3").destination == "::1"
     for spec, words in [("python:bin/python", "absolute path"), ("elsewhere", "no placement"),
-                        ("kernelspec:", "needs the name"), ("ssh://h/usr/bin/python3", "not available")]:
+                        ("kernelspec:", "needs the name"), ("ssh://gpu-box", "absolute path"),
+                        ("ssh://-oProxyCommand=x/usr/bin/python3", "not a host name"),
+                        ("ssh://gpu-box:99999/usr/bin/python3", "not a port"),
+                        ("ssh://-l@gpu-box/usr/bin/python3", "not a user name"),
+                        ("ssh://gpu-box/usr/bin/python3;rm", "may hold only")]:
         with pytest.raises(PlacementError, match=words):
             parse(spec)
 

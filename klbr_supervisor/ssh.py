@@ -1,0 +1,249 @@
+"""``ssh://[user@]host[:port]/abs/path/to/python``: a worker on a machine reached by the system `ssh`.
+
+One `ssh` process per generation carries everything, run with the kernel's own environment so the
+user's ``~/.ssh/config`` (aliases, IdentityFile, ProxyJump, agents, certificates) applies as it is;
+`Supervisor.ssh_command` and `Supervisor.ssh_options` add to it. The worker's five channels are
+Unix sockets forwarded from the kernel's 0700 runtime directory to a 0700 directory on the remote
+(``-L``, ``StreamLocalBindMask=0177``), ``BatchMode`` (never a prompt), ``ExitOnForwardFailure``,
+and keepalives derived from `Supervisor.link_timeout`. It never multiplexes over a ControlMaster:
+its exit is this generation's.
+
+On the remote, `ssh_agent` (standard library only) is sent over ssh's stdin with the generation's
+fresh key: nothing secret in any argv. `SshWorker` is the generation's handle (see `launched`): the
+agent's ``exited`` is a worker's exit (WorkerLost, a new generation on the same host); ssh ending
+with none reported (255: the connection), or the lease or heartbeat silent, is a lost link.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import secrets
+import shlex
+import signal
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from jupyter_client.session import Session
+
+from .exits import describe_exit
+from .launched import LaunchError
+from .process import WorkerProcess
+from .reaper import Reaper
+from .worker import BOOTSTRAP
+
+AGENT = (Path(__file__).with_name("ssh_agent.py")).read_text()
+# What the login shell on the remote runs: the agent's first line comes on stdin. Plain words and
+# one double-quoted string, which sh, bash, zsh, fish and csh all take as they are.
+REMOTE = '{python} -c "import sys;exec(sys.stdin.readline())"'
+LEASE_EVERY = 1.0  # seconds between lease renewals
+KILL_BOUND = 10.0  # seconds the agent gets to end its kernel before ssh itself is killed
+PROBE = ("import importlib.util, sys\n"
+         "sys.exit(0 if importlib.util.find_spec('ipykernel_launcher') else 3)\n")
+
+
+def base_command(placement, ssh_command: list[str], ssh_options: list[str], link_timeout: float) -> list[str]:
+    """ssh with klbr's options, the user's additions and the destination (no remote command yet)."""
+    alive = max(1, round((link_timeout or 15) / 3))
+    argv = [*(ssh_command or ["ssh"]), "-T",
+            "-o", "BatchMode=yes", "-o", "ControlMaster=no", "-o", "ControlPath=none",
+            "-o", f"ServerAliveInterval={alive}", "-o", "ServerAliveCountMax=3", *ssh_options]
+    if placement.port:
+        argv += ["-p", str(placement.port)]
+    return [*argv, placement.destination]
+
+
+def remote(python: str, script: str) -> str:
+    """The remote command that runs `script`, sent as its first line on stdin."""
+    return REMOTE.format(python=python), f"exec(compile({script!r}, 'klbr', 'exec'))\n"
+
+
+async def check(placement, ssh_command: list[str], ssh_options: list[str], timeout: float = 30) -> str | None:
+    """Why a generation cannot start there (the host unreachable, no interpreter, no ipykernel), or None."""
+    command, first = remote(placement.python, PROBE)
+    argv = base_command(placement, ssh_command, ssh_options, 15) + [command]
+    try:
+        proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
+                                                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+    except OSError as e:
+        return f"{argv[0]} cannot be run: {e.strerror or e}"
+    try:
+        async with asyncio.timeout(timeout):
+            _, err = await proc.communicate(first.encode())
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        return f"{placement.destination} did not answer within {timeout:.0f} s"
+    said = (err.decode("utf-8", "replace").strip().splitlines() or [""])[-1]
+    if proc.returncode == 0:
+        return None
+    if proc.returncode == 3:
+        return f"{placement.python} on {placement.host} has no ipykernel; install it there ({placement.python} -m pip install ipykernel)"
+    if proc.returncode == 255:
+        return f"ssh could not reach {placement.destination}: {said or 'exit status 255'}"
+    return f"{placement.python} on {placement.host} cannot run: {said or describe_exit(proc.returncode)}"
+
+
+class SshWorker:
+    remote = True
+
+    def __init__(self, placement, *, session: Session, runtime_dir: str, number: int, reaper: Reaper,
+                 on_exit: Callable[[int | None], None], log: logging.Logger, ssh_command: list[str],
+                 ssh_options: list[str], link_timeout: float, **_):
+        self._placement = placement
+        self._session = session
+        self._local = os.path.join(runtime_dir, f"ssh{number}")
+        self._remote = f"/tmp/klbr-{secrets.token_hex(8)}"
+        self._reaper = reaper
+        self._on_exit = on_exit
+        self._log = log
+        self._argv = base_command(placement, ssh_command, ssh_options, link_timeout)
+        self._lease = link_timeout if link_timeout > 0 else 3600.0
+        self._loop = asyncio.get_running_loop()
+        self._ssh: WorkerProcess | None = None
+        self._stdin = -1
+        self._stdout = -1
+        self._buffer = b""
+        self._started: asyncio.Future[dict] = self._loop.create_future()
+        self._renew: asyncio.TimerHandle | None = None
+        self._kill_timer: asyncio.TimerHandle | None = None
+        self._reported = False
+        self.pid: int | None = None  # no process of this machine: the kernel is the remote's
+
+    async def launch(self, extra_arguments: list[str], env: dict[str, str]) -> dict:
+        forwards = []
+        for port in range(1, 6):
+            forwards += ["-L", f"{self._local}-{port}:{self._remote}/k-{port}"]
+        command, first = remote(self._placement.python, AGENT)
+        argv = [*self._argv[:-1], "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindMask=0177",
+                "-o", "StreamLocalBindUnlink=yes", *forwards, self._argv[-1], command]
+        try:
+            process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                       stderr=subprocess.PIPE, env=dict(os.environ), start_new_session=True)
+        except OSError as e:
+            raise LaunchError(f"{argv[0]} could not be started: {e.strerror or e}") from e
+        self._ssh = WorkerProcess(process, process.pid, self._reaper, self._ssh_exited)
+        self._stdin, self._stdout = process.stdin.fileno(), process.stdout.fileno()
+        self._pipes = (process.stdin, process.stdout)
+        os.set_blocking(self._stdin, False)
+        os.set_blocking(self._stdout, False)
+        self._loop.add_reader(self._stdout, self._read)
+        self._write(first.encode())
+        self._send(start={"dir": self._remote, "key": self._session.key.decode("ascii"),
+                          "signature_scheme": self._session.signature_scheme, "bootstrap": BOOTSTRAP,
+                          "lease": self._lease})
+        return await asyncio.shield(self._started)
+
+    async def interrupt(self) -> None:
+        self._send(signal=int(signal.SIGINT))
+
+    def signal(self, sig: int) -> None:
+        self._send(signal=int(sig))
+        if sig == signal.SIGKILL and self._kill_timer is None and self._ssh is not None:
+            self._kill_timer = self._loop.call_later(KILL_BOUND, self._ssh.killpg, signal.SIGKILL)
+
+    def keep(self, data: bytes) -> None:
+        if self._ssh is not None and self._ssh.stderr is not None:
+            self._ssh.stderr.keep(data)
+
+    def tail(self) -> str:
+        return self._ssh.tail() if self._ssh is not None else ""
+
+    async def release(self) -> None:
+        for port in range(1, 6):  # ssh unlinks its listeners when it exits; one that was killed cannot
+            try:
+                os.unlink(f"{self._local}-{port}")
+            except OSError:
+                pass
+
+    def close(self) -> None:
+        """The generation has ended: ssh goes (and with its stdin, the agent and its kernel)."""
+        for timer in (self._renew, self._kill_timer):
+            if timer is not None:
+                timer.cancel()
+        self._renew = self._kill_timer = None
+        if self._ssh is not None:
+            self._ssh.close()  # SIGKILLs ssh's group: the remote sees the connection end
+        if self._stdout >= 0:
+            self._loop.remove_reader(self._stdout)
+            self._stdout = -1
+        for pipe in getattr(self, "_pipes", ()):
+            try:
+                pipe.close()
+            except OSError:
+                pass
+
+    # -- internals ---------------------------------------------------------------------------------
+
+    def _send(self, **message) -> None:
+        self._write(json.dumps(message).encode() + b"\n")
+
+    def _write(self, data: bytes) -> None:
+        """Never blocks the loop: a line ssh cannot take now (a stalled link) is not sent. Lines are
+        shorter than a pipe's atomic write, except the agent, which goes first into an empty pipe."""
+        if self._stdin < 0:
+            return
+        try:
+            os.write(self._stdin, data)
+        except BlockingIOError:
+            self._log.warning("ssh to %s takes nothing: a line to its agent was not sent", self._placement.host)
+        except OSError:
+            self._stdin = -1
+
+    def _read(self) -> None:
+        while self._stdout >= 0:
+            try:
+                data = os.read(self._stdout, 65536)
+            except BlockingIOError:
+                return
+            except OSError:
+                data = b""
+            if not data:
+                self._loop.remove_reader(self._stdout)
+                self._stdout = -1
+                return
+            self._buffer += data
+            *lines, self._buffer = self._buffer.split(b"\n")
+            for line in lines:
+                self._report(line)
+
+    def _report(self, line: bytes) -> None:
+        try:
+            message = json.loads(line)
+        except ValueError:
+            return
+        if "started" in message and not self._started.done():
+            self._renew = self._loop.call_later(LEASE_EVERY, self._renew_lease)
+            self._started.set_result({
+                "transport": "ipc", "ip": self._local, "key": self._session.key,
+                "signature_scheme": self._session.signature_scheme,
+                **{f"{name}_port": port for name, port in
+                   (("shell", 1), ("iopub", 2), ("stdin", 3), ("control", 4), ("hb", 5))}})
+        elif "exited" in message and self._started.done():
+            self._end(int(message["exited"]))
+
+    def _renew_lease(self) -> None:
+        self._send(lease=1)
+        self._renew = self._loop.call_later(LEASE_EVERY, self._renew_lease)
+
+    def _ssh_exited(self, returncode: int) -> None:
+        self._read()  # what the agent said before ssh ended comes first
+        if not self._started.done():
+            said = (self._ssh.tail().strip().splitlines() or [""])[-1]
+            self._started.set_exception(LaunchError(
+                f"ssh to {self._placement.destination} {describe_exit(returncode)}" + (f": {said}" if said else "")))
+            return
+        self._end(None)
+
+    def _end(self, status: int | None) -> None:
+        if not self._reported:
+            self._reported = True
+            self._on_exit(status)
+
+
+def split(command: str) -> list[str]:
+    """`Supervisor.ssh_command` as words."""
+    return shlex.split(command) if command else ["ssh"]

@@ -1,0 +1,108 @@
+"""The agent an ``ssh://`` generation runs on the remote host: standard library only.
+
+Its source is sent over ssh's stdin, as one line the remote command executes (see `ssh.REMOTE`), so
+nothing of klbr needs to be installed there and nothing secret is in any command line. Then, on
+stdin, JSON lines: ``{"start": {...}}`` (its directory, the fresh key, the worker's bootstrap, the
+lease), later ``{"lease": 1}`` (renewed every second) and ``{"signal": N}``. On stdout:
+``{"started": PID}`` once the kernel's sockets exist, and ``{"exited": STATUS}`` if it exits.
+
+It makes a 0700 directory with the connection file (0600, ipc sockets beside it, which ssh forwards
+to the kernel's own runtime directory), starts ipykernel in its own process group and relays signals
+to that group. It kills the group and removes the directory when the kernel exits, when stdin ends
+(ssh gone), or when the lease runs out (a link that stalled): a lost link never leaves a kernel
+running past its lease.
+"""
+
+import json
+import os
+import queue
+import shutil
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+CHANNELS = {"shell": 1, "iopub": 2, "stdin": 3, "control": 4, "hb": 5}
+
+
+def _say(**message):
+    sys.stdout.write(json.dumps(message) + "\n")
+    sys.stdout.flush()
+
+
+def _killpg(pid, sig):
+    try:
+        os.killpg(pid, sig)
+    except OSError:
+        pass
+
+
+def main():
+    events = queue.Queue()
+
+    def read():
+        for line in sys.stdin:
+            events.put(("line", line))
+        events.put(("eof", None))
+
+    threading.Thread(target=read, daemon=True).start()
+    kind, line = events.get()
+    if kind != "line":
+        return
+    start = json.loads(line)["start"]
+    where = start["dir"]
+    os.mkdir(where, 0o700)  # fails if it exists: a directory of its own, never someone else's
+    proc = None
+    try:
+        connection = os.path.join(where, "kernel.json")
+        info = {"transport": "ipc", "ip": os.path.join(where, "k"), "key": start["key"],
+                "signature_scheme": start["signature_scheme"], "kernel_name": "klbr-ssh"}
+        info.update({f"{name}_port": port for name, port in CHANNELS.items()})
+        fd = os.open(connection, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            json.dump(info, f)
+        proc = subprocess.Popen([sys.executable, "-c", start["bootstrap"], "-f", connection],
+                                stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
+                                start_new_session=True, cwd=os.path.expanduser("~"),
+                                # its parent poller ends it if the agent is gone, as a frontend's would
+                                env={**os.environ, "JPY_PARENT_PID": str(os.getpid())})
+        threading.Thread(target=lambda: events.put(("exit", proc.wait())), daemon=True).start()
+        sockets = [f"{info['ip']}-{port}" for port in CHANNELS.values()]
+        lease = float(start["lease"])
+        deadline = time.monotonic() + lease
+        started = False
+        while True:
+            if not started and all(os.path.exists(s) for s in sockets):
+                started = True
+                _say(started=proc.pid)
+            wait = deadline - time.monotonic() if started else min(0.02, deadline - time.monotonic())
+            try:
+                kind, value = events.get(timeout=max(0.0, wait))
+            except queue.Empty:
+                if time.monotonic() >= deadline:
+                    print("klbr agent: no word from the kernel for its lease: ending it", file=sys.stderr)
+                    return
+                continue
+            if kind == "exit":
+                _say(exited=value)
+                return
+            if kind == "eof":
+                return
+            try:
+                message = json.loads(value)
+            except ValueError:
+                continue
+            if "lease" in message:
+                deadline = time.monotonic() + lease
+            if "signal" in message:
+                _killpg(proc.pid, int(message["signal"]))
+    finally:
+        if proc is not None:
+            _killpg(proc.pid, signal.SIGKILL)
+        shutil.rmtree(where, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    main()

@@ -1,0 +1,160 @@
+"""`ssh://` placement against a real sshd on 127.0.0.1.
+
+`make test` installs Debian's openssh-server if it is missing; each module run starts its own
+`sshd -D` with throwaway host and client keys and a test ssh config (`Host klbr-test`), handed to the
+kernel as `Supervisor.ssh_options=-F…`, and stops it at the end. The remote interpreter is
+`.venv-ipykernel` (ipykernel, nothing of klbr): the agent is sent over ssh.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import sqlite3
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import collect, execute, process_gone, results, start_kernel, stream_text, until, worker_pid
+from sshd import SSHD, Sshd, signal_quietly
+
+ROOT = Path(__file__).parent.parent
+REMOTE_PYTHON = ROOT / ".venv-ipykernel" / "bin" / "python"
+
+pytestmark = pytest.mark.ssh
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    assert SSHD.exists(), "sshd is missing: `make test` installs openssh-server (make ssh-deps)"
+    assert REMOTE_PYTHON.exists(), f"{REMOTE_PYTHON} is missing: `make test` creates it"
+    server = Sshd(tmp_path_factory.mktemp("sshd"))
+    yield server
+    server.stop()
+
+
+SPEC = f"ssh://klbr-test{REMOTE_PYTHON}"
+
+
+def on_ssh(tmp_path, sshd, *options, placement: str = SPEC):
+    return start_kernel(extra_arguments=[f"--Supervisor.placement={placement}", f"--Supervisor.ssh_options=-F{sshd.config}",
+                                         *options],
+                        env={"KLBR_DB": str(tmp_path / "log.sqlite3")})
+
+
+def value(kc, expression: str, timeout: float = 30):
+    reply, outputs = execute(kc, expression, timeout=timeout)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    (text,) = results(outputs)
+    return eval(text)
+
+
+def wait_for_stream(kc, msg_id: str) -> None:
+    while not (lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream")(
+            kc.get_iopub_msg(timeout=30)):
+        pass
+
+
+def test_cells_input_interrupts_and_a_big_output_run_on_the_remote(tmp_path, sshd):
+    with on_ssh(tmp_path, sshd) as (km, kc):
+        assert value(kc, "__import__('sys').executable") == str(REMOTE_PYTHON)
+        reply, outputs = execute(kc, "print('there'); 6 * 7")
+        assert stream_text(outputs) == "there\n" and results(outputs) == ["42"]
+        # Its own key, written by the agent into a 0600 file in a 0700 directory of its own.
+        key, where = value(kc, "(get_ipython().kernel.session.key, get_ipython().kernel.parent.connection_file)")
+        assert key and key != km.session.key
+        assert os.stat(where).st_mode & 0o077 == 0 and os.stat(os.path.dirname(where)).st_mode & 0o077 == 0
+        for pid in os.listdir("/proc"):  # no key in any process's command line, here or there
+            if pid.isdigit():
+                try:
+                    cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+                except OSError:
+                    continue
+                assert key not in cmdline and km.session.key not in cmdline, cmdline
+        msg_id = kc.execute("answer = input('name? ')", allow_stdin=True)
+        assert kc.get_stdin_msg(timeout=30)["content"]["prompt"] == "name? "
+        kc.input("klbr")
+        assert kc.get_shell_msg(timeout=30)["content"]["status"] == "ok"
+        assert value(kc, "answer") == "klbr"
+        msg_id = kc.execute("print('asleep', flush=True); import time; time.sleep(60)")
+        wait_for_stream(kc, msg_id)
+        km.interrupt_kernel()
+        assert collect(kc, msg_id)[0]["content"]["ename"] == "KeyboardInterrupt"
+        msg_id = kc.execute("input('interrupt me ')", allow_stdin=True)  # also while it waits for input
+        kc.get_stdin_msg(timeout=30)
+        km.interrupt_kernel()
+        assert collect(kc, msg_id)[0]["content"]["ename"] == "KeyboardInterrupt"
+        reply, outputs = execute(kc, "import sys; sys.stdout.write('x' * (50 << 20)); sys.stdout.flush()", timeout=120)
+        assert reply["content"]["status"] == "ok"
+        assert len(stream_text(outputs)) == 50 << 20
+        assert value(kc, "answer") == "klbr"  # one generation all along
+
+
+def _cell_then(kc, tmp_path, stall):
+    """Start a sleeping cell, then `stall()` the link; the cell's reply and when it came."""
+    msg_id = kc.execute("print('running', flush=True)\nimport time\ntime.sleep(120)")
+    wait_for_stream(kc, msg_id)
+    stall()
+    began = time.monotonic()
+    reply, _ = collect(kc, msg_id, timeout=60)
+    return reply, time.monotonic() - began
+
+
+@pytest.mark.parametrize("how", [signal.SIGSTOP, signal.SIGKILL], ids=["stalled", "dead"])
+def test_a_lost_link_is_placement_lost_and_the_remote_kernel_ends_with_its_lease(tmp_path, sshd, how):
+    with on_ssh(tmp_path, sshd, "--Supervisor.link_timeout=3") as (km, kc):
+        execute(kc, "kept = 1")
+        remote = worker_pid(kc)
+        sessions = sshd.sessions()
+        assert sessions
+        reply, took = _cell_then(kc, tmp_path, lambda: [signal_quietly(pid, how) for pid in sessions])
+        assert reply["content"]["ename"] == "PlacementLost", reply["content"]
+        assert took < 3 + 5, took
+        assert "outcome is unknown" in reply["content"]["evalue"]
+        assert process_gone(remote, timeout=3 + 5), "the remote kernel outlived its lease"
+        for _ in range(2):
+            reply, _ = execute(kc, "40 + 2")
+            assert reply["content"]["ename"] == "PlacementLost" and "%klbr reconnect" in reply["content"]["evalue"]
+        for pid in sessions:
+            signal_quietly(pid, signal.SIGCONT)
+        reply, outputs = execute(kc, "%klbr reconnect", timeout=60)
+        assert reply["content"]["status"] == "ok" and f"runs on {SPEC}" in stream_text(outputs)
+        assert value(kc, "40 + 2") == 42
+        assert execute(kc, "kept")[0]["content"]["ename"] == "NameError"
+    rows = sqlite3.connect(tmp_path / "log.sqlite3").execute("SELECT code, status FROM cells ORDER BY id").fetchall()
+    assert ("print('running', flush=True)\nimport time\ntime.sleep(120)", "unknown") in rows
+    assert [s for c, s in rows if c == "40 + 2"] == ["refused", "refused", "ok"]
+
+
+def test_a_remote_kernel_that_exits_is_worker_lost_and_replaced_on_the_same_host(tmp_path, sshd):
+    with on_ssh(tmp_path, sshd) as (km, kc):
+        first = worker_pid(kc)
+        reply, _ = execute(kc, "import os; os._exit(3)", timeout=60)
+        assert reply["content"]["ename"] == "WorkerLost" and "exited with status 3" in reply["content"]["evalue"]
+        assert value(kc, "6 * 7", timeout=60) == 42
+        assert worker_pid(kc) != first
+        assert value(kc, "__import__('sys').executable") == str(REMOTE_PYTHON)
+
+
+def test_a_killed_kernel_process_leaves_no_remote_kernel_or_directory(tmp_path, sshd):
+    with on_ssh(tmp_path, sshd, "--Supervisor.link_timeout=3") as (km, kc):
+        remote = worker_pid(kc)
+        where = os.path.dirname(value(kc, "get_ipython().kernel.parent.connection_file"))
+        km.provisioner.process.send_signal(signal.SIGKILL)
+        km.provisioner.process.wait()
+        assert process_gone(remote, timeout=3 + 5), "the remote kernel outlived the kernel"
+        until(lambda: not os.path.exists(where), 3 + 5, "the remote directory is removed")
+
+
+@pytest.mark.parametrize("spec, words", [
+    ("ssh://klbr-test/nowhere/bin/python3", "cannot run"),
+    ("ssh://no-such-host.invalid/usr/bin/python3", "could not reach"),
+    ("ssh://klbr-test/usr/bin/python3", "has no ipykernel"),
+])
+def test_an_unusable_ssh_target_is_named_and_the_session_stays(tmp_path, sshd, spec, words):
+    with on_ssh(tmp_path, sshd, placement="local") as (km, kc):
+        execute(kc, "kept = 1")
+        reply, outputs = execute(kc, f"%klbr placement {spec}", timeout=60)
+        assert reply["content"]["status"] == "error" and words in reply["content"]["evalue"], reply["content"]
+        assert value(kc, "kept") == 1
