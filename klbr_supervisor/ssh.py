@@ -37,7 +37,8 @@ from .worker import BOOTSTRAP
 
 AGENT = (Path(__file__).with_name("ssh_agent.py")).read_text()
 # What the login shell on the remote runs: the agent's first line comes on stdin. Plain words and
-# one double-quoted string, which sh, bash, zsh, fish and csh all take as they are.
+# one double-quoted string with no $, backquote, ! or glob in it, which POSIX shells, fish and
+# csh all take as it is.
 REMOTE = '{python} -c "import sys;exec(sys.stdin.readline())"'
 LEASE_EVERY = 1.0  # seconds between lease renewals
 KILL_BOUND = 10.0  # seconds the agent gets to end its kernel before ssh itself is killed

@@ -158,3 +158,17 @@ def test_an_unusable_ssh_target_is_named_and_the_session_stays(tmp_path, sshd, s
         reply, outputs = execute(kc, f"%klbr placement {spec}", timeout=60)
         assert reply["content"]["status"] == "error" and words in reply["content"]["evalue"], reply["content"]
         assert value(kc, "kept") == 1
+
+
+def test_an_interrupt_the_remote_kernel_ignores_ends_in_worker_killed(tmp_path, sshd):
+    with on_ssh(tmp_path, sshd, "--Supervisor.interrupt_grace=1") as (km, kc):
+        first = worker_pid(kc)
+        msg_id = kc.execute("import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\n"
+                            "print('deaf', flush=True)\ntime.sleep(60)")
+        wait_for_stream(kc, msg_id)
+        km.interrupt_kernel()
+        reply, _ = collect(kc, msg_id, timeout=60)
+        assert reply["content"]["ename"] == "WorkerKilled", reply["content"]
+        assert process_gone(first)
+        assert value(kc, "6 * 7", timeout=60) == 42  # a new generation, on the same host
+        assert worker_pid(kc) != first
