@@ -18,7 +18,6 @@ it reports is the reaper's, as every local worker is.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import signal
@@ -30,6 +29,7 @@ from jupyter_client.session import Session
 
 from .exits import describe_exit
 from .launched import LaunchError
+from .pipes import LinePipe
 from .process import WorkerProcess
 from .reaper import Reaper
 
@@ -50,9 +50,7 @@ class ProvisionedWorker:
         self._log = log
         self._loop = asyncio.get_running_loop()
         self._helper: WorkerProcess | None = None
-        self._commands = None  # the helper's stdin
-        self._reports = -1  # the read end of the helper's report pipe
-        self._buffer = b""
+        self._pipe: LinePipe | None = None  # commands to its stdin, reports from its report pipe
         self._started: asyncio.Future[dict] = self._loop.create_future()
         self._pgid: int | None = None  # the kernel's local process group, if it has one
         self._kill_timer: asyncio.TimerHandle | None = None
@@ -71,10 +69,8 @@ class ProvisionedWorker:
             raise LaunchError(f"its provisioner's helper could not be started: {e}") from e
         finally:
             os.close(write_end)
-        self._reports = reports
-        os.set_blocking(reports, False)
-        self._loop.add_reader(reports, self._read)
-        self._commands = process.stdin
+        self._pipe = LinePipe(reports, os.dup(process.stdin.fileno()), self._report)
+        process.stdin.close()
         self._helper = WorkerProcess(process, None, self._reaper, self._helper_exited)
         self._send(start={"kernel_name": self._kernel_name, "key": self._session.key.decode("ascii"),
                           "signature_scheme": self._session.signature_scheme, "env": env,
@@ -108,52 +104,22 @@ class ProvisionedWorker:
         if self._kill_timer is not None:
             self._kill_timer.cancel()
             self._kill_timer = None
-        if self._commands is not None:
-            try:
-                self._commands.close()
-            except OSError:
-                pass
-            self._commands = None
+        if self._pipe is not None:
+            self._pipe.close()  # the helper reads its stdin's end: it finishes
         if self._pgid is not None:
             _killpg(self._pgid)
             self._reaper.forget(self._pgid)
             self._pgid = None
-        self._close_reports()
         if self._helper is not None and self._helper.stderr is not None:
             self._helper.stderr.close()
 
     # -- internals ---------------------------------------------------------------------------------
 
     def _send(self, **message) -> None:
-        if self._commands is None:
-            return
-        try:
-            self._commands.write(json.dumps(message).encode() + b"\n")
-            self._commands.flush()
-        except (OSError, ValueError):
-            pass  # the helper is gone; its exit says so
+        if self._pipe is not None:
+            self._pipe.send(**message)
 
-    def _read(self) -> None:
-        while True:
-            try:
-                data = os.read(self._reports, 65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._close_reports()
-                return
-            self._buffer += data
-            *lines, self._buffer = self._buffer.split(b"\n")
-            for line in lines:
-                self._report(line)
-
-    def _report(self, line: bytes) -> None:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return
+    def _report(self, message: dict) -> None:
         if "started" in message and not self._started.done():
             self.pid = message.get("pid")
             self._pgid = message.get("pgid")
@@ -166,8 +132,8 @@ class ProvisionedWorker:
             self._end(message["exited"])
 
     def _helper_exited(self, returncode: int) -> None:
-        if self._reports >= 0:
-            self._read()  # what it reported before it ended comes first
+        if self._pipe is not None:
+            self._pipe.read_now()  # what it reported before it ended comes first
         if not self._started.done():
             tail = self._helper.tail().strip().splitlines()[-1:] if self._helper is not None else []
             self._started.set_exception(LaunchError(
@@ -188,12 +154,6 @@ class ProvisionedWorker:
             self._helper.killpg(signal.SIGKILL)
         if self._pgid is not None:
             _killpg(self._pgid)
-
-    def _close_reports(self) -> None:
-        if self._reports >= 0:
-            self._loop.remove_reader(self._reports)
-            os.close(self._reports)
-            self._reports = -1
 
 
 def _killpg(pgid: int) -> None:

@@ -17,7 +17,6 @@ with none reported (255: the connection), or the lease or heartbeat silent, is a
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import os
 import secrets
@@ -31,6 +30,7 @@ from jupyter_client.session import Session
 
 from .exits import describe_exit
 from .launched import LaunchError
+from .pipes import LinePipe
 from .process import WorkerProcess
 from .reaper import Reaper
 from .worker import BOOTSTRAP
@@ -105,9 +105,7 @@ class SshWorker:
         self._lease = link_timeout if link_timeout > 0 else 3600.0
         self._loop = asyncio.get_running_loop()
         self._ssh: WorkerProcess | None = None
-        self._stdin = -1
-        self._stdout = -1
-        self._buffer = b""
+        self._pipe: LinePipe | None = None  # to the agent and back, through ssh's stdin and stdout
         self._started: asyncio.Future[dict] = self._loop.create_future()
         self._renew: asyncio.TimerHandle | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
@@ -127,12 +125,10 @@ class SshWorker:
         except OSError as e:
             raise LaunchError(f"{argv[0]} could not be started: {e.strerror or e}") from e
         self._ssh = WorkerProcess(process, process.pid, self._reaper, self._ssh_exited)
-        self._stdin, self._stdout = process.stdin.fileno(), process.stdout.fileno()
-        self._pipes = (process.stdin, process.stdout)
-        os.set_blocking(self._stdin, False)
-        os.set_blocking(self._stdout, False)
-        self._loop.add_reader(self._stdout, self._read)
-        self._write(first.encode())
+        os.write(process.stdin.fileno(), first.encode())  # into an empty pipe: all of it, at once
+        self._pipe = LinePipe(os.dup(process.stdout.fileno()), os.dup(process.stdin.fileno()), self._report)
+        process.stdin.close()
+        process.stdout.close()
         self._send(start={"dir": self._remote, "key": self._session.key.decode("ascii"),
                           "signature_scheme": self._session.signature_scheme, "bootstrap": BOOTSTRAP,
                           "lease": self._lease})
@@ -168,54 +164,16 @@ class SshWorker:
         self._renew = self._kill_timer = None
         if self._ssh is not None:
             self._ssh.close()  # SIGKILLs ssh's group: the remote sees the connection end
-        if self._stdout >= 0:
-            self._loop.remove_reader(self._stdout)
-            self._stdout = -1
-        for pipe in getattr(self, "_pipes", ()):
-            try:
-                pipe.close()
-            except OSError:
-                pass
+        if self._pipe is not None:
+            self._pipe.close()
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _send(self, **message) -> None:
-        self._write(json.dumps(message).encode() + b"\n")
+    def _send(self, droppable: bool = False, **message) -> None:
+        if self._pipe is not None:
+            self._pipe.send(droppable, **message)
 
-    def _write(self, data: bytes) -> None:
-        """Never blocks the loop: a line ssh cannot take now (a stalled link) is not sent. Lines are
-        shorter than a pipe's atomic write, except the agent, which goes first into an empty pipe."""
-        if self._stdin < 0:
-            return
-        try:
-            os.write(self._stdin, data)
-        except BlockingIOError:
-            self._log.warning("ssh to %s takes nothing: a line to its agent was not sent", self._placement.host)
-        except OSError:
-            self._stdin = -1
-
-    def _read(self) -> None:
-        while self._stdout >= 0:
-            try:
-                data = os.read(self._stdout, 65536)
-            except BlockingIOError:
-                return
-            except OSError:
-                data = b""
-            if not data:
-                self._loop.remove_reader(self._stdout)
-                self._stdout = -1
-                return
-            self._buffer += data
-            *lines, self._buffer = self._buffer.split(b"\n")
-            for line in lines:
-                self._report(line)
-
-    def _report(self, line: bytes) -> None:
-        try:
-            message = json.loads(line)
-        except ValueError:
-            return
+    def _report(self, message: dict) -> None:
         if "started" in message and not self._started.done():
             self._renew = self._loop.call_later(LEASE_EVERY, self._renew_lease)
             self._started.set_result({
@@ -227,11 +185,12 @@ class SshWorker:
             self._end(int(message["exited"]))
 
     def _renew_lease(self) -> None:
-        self._send(lease=1)
+        self._send(True, lease=1)  # not while ssh takes nothing: a stalled link lets the lease lapse
         self._renew = self._loop.call_later(LEASE_EVERY, self._renew_lease)
 
     def _ssh_exited(self, returncode: int) -> None:
-        self._read()  # what the agent said before ssh ended comes first
+        if self._pipe is not None:
+            self._pipe.read_now()  # what the agent said before ssh ended comes first
         if not self._started.done():
             said = (self._ssh.tail().strip().splitlines() or [""])[-1]
             self._started.set_exception(LaunchError(

@@ -218,6 +218,29 @@ def status_row(kc, row: str, seen: list | None = None) -> str:
     raise AssertionError(f"no {row!r} in %klbr status")
 
 
+def value(kc, expression: str, timeout: float = 30):
+    """The value of a Python `expression` in the worker, from the repr of its result."""
+    reply, outputs = execute(kc, expression, timeout=timeout)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    (text,) = results(outputs)
+    return eval(text)
+
+
+def status_rows(kc) -> dict[str, str]:
+    """All of `%klbr status`, row by row."""
+    reply, outputs = execute(kc, "%klbr status")
+    assert reply["content"]["status"] == "ok"
+    rows = [line.split(None, 1) for line in stream_text(outputs).splitlines()]
+    return {k: v for k, v in (r if len(r) == 2 else (r[0], "") for r in rows)}
+
+
+def wait_for_stream(kc, msg_id: str) -> None:
+    """Until the cell `msg_id` has printed something (it runs)."""
+    while not (lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream")(
+            kc.get_iopub_msg(timeout=30)):
+        pass
+
+
 def standby(kc, seen: list | None = None) -> str:
     """The warm spare's state."""
     return status_row(kc, "standby", seen)

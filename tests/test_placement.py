@@ -20,7 +20,7 @@ import pytest
 
 from klbr_supervisor.placement import PlacementError, parse
 
-from conftest import collect, execute, process_gone, results, start_kernel, stream_text, until, worker_pid
+from conftest import collect, execute, process_gone, results, start_kernel, status_rows, stream_text, until, value, wait_for_stream, worker_pid
 
 ROOT = Path(__file__).parent.parent
 OTHER = ROOT / ".venv-ipykernel" / "bin" / "python"
@@ -40,18 +40,6 @@ def bare_python(tmp_path_factory) -> Path:
     return where / "bin" / "python"
 
 
-def value(kc, expression: str):
-    reply, outputs = execute(kc, expression)
-    assert reply["content"]["status"] == "ok", reply["content"]
-    (text,) = results(outputs)
-    return eval(text)
-
-
-def status(kc) -> dict[str, str]:
-    reply, outputs = execute(kc, "%klbr status")
-    assert reply["content"]["status"] == "ok"
-    rows = [line.split(None, 1) for line in stream_text(outputs).splitlines()]
-    return {k: v for k, v in (r if len(r) == 2 else (r[0], "") for r in rows)}
 
 
 def test_specs_are_parsed_or_refused_with_the_reason():
@@ -85,7 +73,7 @@ def test_python_placement_is_a_visible_new_generation(tmp_path, other_python):
         assert value(kc, "__import__('sys').prefix") == str(other_python.parent.parent)
         assert execute(kc, "kept")[0]["content"]["ename"] == "NameError"  # the namespace does not move
         assert worker_pid(kc) != first
-        st = status(kc)
+        st = status_rows(kc)
         assert st["generation"] == "2" and st["placement"] == f"python:{other_python}"
         assert str(other_python) in st["worker"] and st["key"] == "shared with the frontend"
         info = kc.kernel_info(reply=True)["content"]
@@ -120,7 +108,7 @@ def test_a_bad_spec_leaves_the_session_where_it_was(kernel, spec, words):
     reply, _ = execute(kc, f"%klbr placement {spec}")
     assert reply["content"]["status"] == "error" and words in reply["content"]["evalue"]
     assert value(kc, "kept + 1") == 42 and worker_pid(kc) == pid
-    assert status(kc)["placement"] == "local"
+    assert status_rows(kc)["placement"] == "local"
 
 
 def test_an_interpreter_without_ipykernel_is_named(kernel, bare_python):
@@ -135,7 +123,7 @@ def test_an_interpreter_without_ipykernel_is_named(kernel, bare_python):
 def test_the_first_generation_runs_where_the_config_says(other_python):
     with start_kernel(extra_arguments=[f"--Supervisor.placement=python:{other_python}"]) as (km, kc):
         assert value(kc, "__import__('sys').executable") == str(other_python)
-        assert status(kc)["standby"] != "off"  # a spare on this machine is cheap: kept warm
+        assert status_rows(kc)["standby"] != "off"  # a spare on this machine is cheap: kept warm
 
 
 def test_a_bad_configured_placement_fails_loudly_never_falls_back_to_local(bare_python):
@@ -178,13 +166,11 @@ def test_kernelspec_placement_resigns_with_a_fresh_key(tmp_path, kernelspec_dir)
         execute_done = kc.get_shell_msg(timeout=30)
         assert execute_done["parent_header"]["msg_id"] == msg_id and execute_done["content"]["status"] == "ok"
         assert value(kc, "answer") == "klbr"
-        st = status(kc)
+        st = status_rows(kc)
         assert st["key"] == "its own, re-signed by the proxy" and st["standby"] == "off"
         assert kc.kernel_info(reply=True)["content"]["banner"].splitlines()[0].endswith("kernelspec:plain-ipykernel)")
         msg_id = kc.execute("print('asleep', flush=True); import time; time.sleep(60)")
-        while not (lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream")(
-                kc.get_iopub_msg(timeout=30)):
-            pass
+        wait_for_stream(kc, msg_id)
         km.interrupt_kernel()
         reply, _ = collect(kc, msg_id)
         assert reply["content"]["ename"] == "KeyboardInterrupt"
@@ -201,7 +187,7 @@ def test_cell_code_relocates_when_its_cell_ends(tmp_path, other_python, bare_pyt
         assert reply["content"]["status"] == "ok" and stream_text(outputs) == "finishes here\n"
         # The move happens once the cell has ended; the next cell waits for the new generation.
         assert value(kc, "__import__('sys').executable") == str(other_python)
-        assert status(kc)["placement"] == f"python:{other_python}"
+        assert status_rows(kc)["placement"] == f"python:{other_python}"
 
 
 def _on_kernelspec(tmp_path, kernelspec_dir, *options):
@@ -217,9 +203,7 @@ def test_a_silent_link_is_placement_lost_never_rerun_and_no_second_kernel(tmp_pa
         execute(kc, "kept = 1")
         pid = worker_pid(kc)
         msg_id = kc.execute("print('running', flush=True)\nimport time\ntime.sleep(60)")
-        while not (lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream")(
-                kc.get_iopub_msg(timeout=30)):
-            pass
+        wait_for_stream(kc, msg_id)
         os.kill(pid, signal.SIGSTOP)
         stopped = time.monotonic()
         reply, outputs = collect(kc, msg_id, timeout=30)
@@ -230,7 +214,7 @@ def test_a_silent_link_is_placement_lost_never_rerun_and_no_second_kernel(tmp_pa
         for _ in range(2):
             reply, _ = execute(kc, "1 + 1")
             assert reply["content"]["ename"] == "PlacementLost" and "%klbr reconnect" in reply["content"]["evalue"]
-        assert status(kc)["state"] == "stopped: link lost"  # no second kernel meanwhile
+        assert status_rows(kc)["state"] == "stopped: link lost"  # no second kernel meanwhile
         reply, outputs = execute(kc, "%klbr reconnect")
         assert reply["content"]["status"] == "ok" and "runs on kernelspec:plain-ipykernel" in stream_text(outputs)
         assert value(kc, "1 + 1") == 2
@@ -245,7 +229,7 @@ def test_a_worker_elsewhere_that_exits_is_worker_lost_and_replaced(tmp_path, ker
         reply, _ = execute(kc, "import os; os._exit(3)")
         assert reply["content"]["ename"] == "WorkerLost" and "exited with status 3" in reply["content"]["evalue"]
         assert value(kc, "6 * 7") == 42
-        assert status(kc)["placement"] == "kernelspec:plain-ipykernel"
+        assert status_rows(kc)["placement"] == "kernelspec:plain-ipykernel"
 
 
 def test_a_kernel_that_was_stopped_itself_does_not_call_its_worker_lost(tmp_path, kernelspec_dir):

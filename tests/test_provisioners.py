@@ -24,29 +24,13 @@ from pathlib import Path
 
 import pytest
 
-from conftest import collect, execute, process_gone, results, start_kernel, stream_text, worker_pid
+from conftest import collect, execute, process_gone, results, start_kernel, status_rows, stream_text, value, wait_for_stream, worker_pid
 
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
 
 
-def value(kc, expression: str):
-    reply, outputs = execute(kc, expression)
-    assert reply["content"]["status"] == "ok", reply["content"]
-    (text,) = results(outputs)
-    return eval(text)
 
-
-def status(kc) -> dict[str, str]:
-    reply, outputs = execute(kc, "%klbr status")
-    rows = [line.split(None, 1) for line in stream_text(outputs).splitlines()]
-    return {k: v for k, v in (r if len(r) == 2 else (r[0], "") for r in rows)}
-
-
-def wait_for_stream(kc, msg_id: str) -> None:
-    while not (lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream")(
-            kc.get_iopub_msg(timeout=30)):
-        pass
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +69,7 @@ def test_gateway_provisioners_distributed_provisioner_runs_the_workbench(tmp_pat
         kc.input("klbr")
         assert kc.get_shell_msg(timeout=30)["content"]["status"] == "ok"
         assert value(kc, "answer") == "klbr"
-        st = status(kc)
+        st = status_rows(kc)
         assert st["placement"] == "kernelspec:gp-local" and st["standby"] == "off"
         # An interrupt is a SIGINT the provisioner sends over the launcher's comm port.
         msg_id = kc.execute("print('asleep', flush=True); import time; time.sleep(60)")
@@ -100,7 +84,7 @@ def test_gateway_provisioners_distributed_provisioner_runs_the_workbench(tmp_pat
         reply, _ = execute(kc, "import os; os._exit(3)", timeout=60)
         assert reply["content"]["ename"] == "WorkerLost" and "exited with status 3" in reply["content"]["evalue"]
         assert value(kc, "6 * 7") == 42
-        assert worker_pid(kc) != pid and status(kc)["placement"] == "kernelspec:gp-local"
+        assert worker_pid(kc) != pid and status_rows(kc)["placement"] == "kernelspec:gp-local"
         helper = _helpers_of(km.provisioner.process.pid)
         assert len(helper) == 1, helper
     assert process_gone(pid)
@@ -160,8 +144,8 @@ def test_a_cut_network_is_placement_lost_never_rerun_and_no_second_kernel(tmp_pa
         (first,) = launches(control)
         assert worker_pid(kc) == first
         # Where it runs, in its own words (nothing here may see its process): the status and the log.
-        assert f"python {sys.version_info.major}.{sys.version_info.minor}" in status(kc)["worker"]
-        assert f"at {sys.executable}," in status(kc)["worker"]
+        assert f"python {sys.version_info.major}.{sys.version_info.minor}" in status_rows(kc)["worker"]
+        assert f"at {sys.executable}," in status_rows(kc)["worker"]
         msg_id = kc.execute("print('running', flush=True)\nimport time\ntime.sleep(60)")
         wait_for_stream(kc, msg_id)
         with open(control / "cut", "w") as fifo:

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import collect, execute, process_gone, results, start_kernel, stream_text, until, worker_pid
+from conftest import collect, execute, process_gone, results, start_kernel, stream_text, until, value, wait_for_stream, worker_pid
 from sshd import SSHD, Sshd, signal_quietly
 
 ROOT = Path(__file__).parent.parent
@@ -43,17 +43,6 @@ def on_ssh(tmp_path, sshd, *options, placement: str = SPEC):
                         env={"KLBR_DB": str(tmp_path / "log.sqlite3")})
 
 
-def value(kc, expression: str, timeout: float = 30):
-    reply, outputs = execute(kc, expression, timeout=timeout)
-    assert reply["content"]["status"] == "ok", reply["content"]
-    (text,) = results(outputs)
-    return eval(text)
-
-
-def wait_for_stream(kc, msg_id: str) -> None:
-    while not (lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream")(
-            kc.get_iopub_msg(timeout=30)):
-        pass
 
 
 def test_cells_input_interrupts_and_a_big_output_run_on_the_remote(tmp_path, sshd):
