@@ -29,9 +29,14 @@ EXPLAIN = {"hop floor": "klbr-bench-floor", "ipykernel, no history db": "python3
 # `python:` placement's other interpreter: a venv with ipykernel only (`make bench` builds it).
 OTHER_PYTHON = Path(__file__).resolve().parent.parent / ".venv-ipykernel" / "bin" / "python"
 PLACED = "%klbr placement python: → first cell (s)"
+# ssh:// to 127.0.0.1 (a throwaway sshd, as the tests start it), against plain ipykernel reached
+# through the same kind of ssh Unix socket forwards (`forwarder.py --ssh`): "ipykernel" in those rows.
+SSH = {"klbr": "klbr-bench-ssh", "ipykernel": "klbr-bench-ssh-floor", "ipykernel A/A": "klbr-bench-ssh-floor"}
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from sshd import Sshd  # noqa: E402
 
 
-def _bench_kernelspecs() -> str:
+def _bench_kernelspecs(sshd: Sshd) -> str:
     """A second kernelspec for plain ipykernel (so the A/A line compares two identical kernels), and
     the two of EXPLAIN."""
     root = tempfile.mkdtemp(prefix="klbr-bench-")
@@ -41,7 +46,11 @@ def _bench_kernelspecs() -> str:
     resigned = [sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}",
                 "--Supervisor.placement=kernelspec:python3-aa"]
     other = [str(OTHER_PYTHON), "-m", "ipykernel_launcher", "-f", "{connection_file}"]
-    for name, argv in (("python3-aa", ipykernel), ("python3-nohist", [*ipykernel, "--HistoryManager.enabled=False"]),
+    ssh = [sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}",
+           f"--Supervisor.placement=ssh://klbr-test{OTHER_PYTHON}", f"--Supervisor.ssh_options=-F{sshd.config}"]
+    ssh_floor = [sys.executable, str(Path(__file__).with_name("forwarder.py")), "--ssh", str(sshd.config), "klbr-test",
+                 str(OTHER_PYTHON), "-f", "{connection_file}"]
+    for name, argv in (("klbr-bench-ssh", ssh), ("klbr-bench-ssh-floor", ssh_floor),("python3-aa", ipykernel), ("python3-nohist", [*ipykernel, "--HistoryManager.enabled=False"]),
                        ("klbr-bench-floor", forwarder), ("klbr-bench-resigned", resigned), ("python3-other", other)):
         spec = Path(root, "kernels", name)
         spec.mkdir(parents=True)
@@ -50,6 +59,25 @@ def _bench_kernelspecs() -> str:
         }))
     os.environ["JUPYTER_PATH"] = os.pathsep.join(filter(None, [root, os.environ.get("JUPYTER_PATH")]))
     return root
+
+
+def ssh_round(args, r: int, code: str, add) -> None:
+    """One round of the ssh:// rows: start → first cell, trivial cells, the big output."""
+    order = rotated(SSH, r)
+    for label, name in order.items():
+        add(label, "ssh:// start → first cell (s)", startup(name)[1])
+
+    def add_ssh(label: str, measure: str, value: float) -> None:
+        if measure == "trivial cell (ms)":
+            add(label, "ssh:// trivial cell p50 (ms)", value)
+
+    trivial_cells(order, args.cells, add_ssh)
+    with ExitStack() as stack:
+        running = {label: stack.enter_context(kernel(name)) for label, name in order.items()}
+        for _, kc in running.values():
+            run_cell(kc, "pass")
+        for label, (_, kc) in running.items():
+            add(label, f"ssh:// {args.output_mib} MiB output (s)", run_cell(kc, code))
 
 
 def pct(values: list[float], p: float) -> float:
@@ -65,7 +93,15 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/latest.json")
     ap.add_argument("--readme", help="rewrite the table between the bench markers of this README")
     args = ap.parse_args()
-    _bench_kernelspecs()
+    sshd = Sshd(Path(tempfile.mkdtemp(prefix="klbr-bench-sshd-")))
+    try:
+        run(args, sshd)
+    finally:
+        sshd.stop()
+
+
+def run(args, sshd: Sshd) -> None:
+    _bench_kernelspecs(sshd)
     resigned = f"{args.output_mib} MiB output, klbr re-signed (kernelspec:) (s)"
     results: dict[str, dict[str, list[float]]] = {k: {} for k in [*KERNELS, *EXPLAIN]}
 
@@ -114,6 +150,7 @@ def main() -> None:
                     add(label, PLACED, placement_first_cell(kc, str(OTHER_PYTHON)))
                 else:
                     add(label, PLACED, startup("python3-other")[1])
+        ssh_round(args, r, code, add)
         for measure, value in store_cost(args.cells).items():
             add("klbr", measure, value)
         tmp = tempfile.mkdtemp(prefix="klbr-bench-nb-")

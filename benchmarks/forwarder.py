@@ -5,12 +5,17 @@ the frontend's channels, starts ipykernel on ipc sockets with the same key, and 
 with `zmq.proxy` in C threads: no Python runs per message, nothing is parsed, queued or recorded.
 What it costs over ipykernel is what the extra process and hop alone cost; klbr's ratio is read
 against it.
+
+With ``--ssh CONFIG HOST PYTHON``, the ipykernel runs behind ssh instead, reached through the same
+kind of Unix socket forwards klbr's `ssh://` placement uses (one ssh process, ``-L`` per channel):
+the floor of any ssh-placed kernel.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -37,13 +42,18 @@ def main() -> None:
     connection_file = os.path.join(runtime, "kernel.json")
     with open(connection_file, "w") as f:
         json.dump(back, f)
-    worker = subprocess.Popen([sys.executable, "-m", "ipykernel_launcher", "-f", connection_file])
+    if "--ssh" in sys.argv:
+        config, host, python = sys.argv[sys.argv.index("--ssh") + 1:][:3]
+        worker = _over_ssh(config, host, python, back, runtime)
+    else:
+        worker = subprocess.Popen([sys.executable, "-m", "ipykernel_launcher", "-f", connection_file])
     context = zmq.Context()
     for name in CHANNELS:
         outer = context.socket(zmq.XPUB if name == "iopub" else zmq.ROUTER)
         outer.bind(url(front, name))
         # XSUB passes the frontend's subscriptions on (a plain SUB cannot, and its proxy spins).
         inner = context.socket(zmq.XSUB if name == "iopub" else zmq.DEALER)
+        inner.setsockopt(zmq.RECONNECT_IVL, 10)  # as klbr's worker sockets: no 100 ms waits at start
         inner.connect(url(back, name))
         threading.Thread(target=zmq.proxy, args=(outer, inner), daemon=True).start()
 
@@ -59,6 +69,33 @@ def main() -> None:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts go to the worker by message
     worker.wait()
     stop()
+
+
+def _over_ssh(config: str, host: str, python: str, back: dict, runtime: str) -> subprocess.Popen:
+    """ipykernel on HOST with `back`'s key, its channels forwarded to `back`'s local ipc paths."""
+    remote = f"/tmp/klbr-floor-{secrets.token_hex(8)}"
+    forwards = []
+    for port in CHANNELS.values():
+        forwards += ["-L", f"{back['ip']}-{port}:{remote}/k-{port}"]
+    info = dict(back, ip=f"{remote}/k")
+    # As klbr's agent does: ipykernel in a child, and word on stdout once its sockets exist, so that
+    # no message goes into a forward whose far end is not there yet.
+    script = (f"import atexit, json, os, shutil, subprocess, sys, time\nos.mkdir({remote!r}, 0o700)\n"
+              f"atexit.register(shutil.rmtree, {remote!r}, True)\n"
+              f"open({remote + '/kernel.json'!r}, 'w').write(json.dumps({info!r}))\n"
+              "env = dict(os.environ, JPY_PARENT_PID=str(os.getpid()))\n"
+              f"k = subprocess.Popen([sys.executable, '-m', 'ipykernel_launcher', '-f', {remote + '/kernel.json'!r}], env=env)\n"
+              f"while not all(os.path.exists({remote!r} + f'/k-{{p}}') for p in range(1, 6)):\n"
+              "    time.sleep(0.01)\n"
+              "print('ready', flush=True)\nk.wait()\n")
+    ssh = subprocess.Popen(["ssh", "-F", config, "-T", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes",
+                            "-o", "StreamLocalBindMask=0177", "-o", "StreamLocalBindUnlink=yes", *forwards, host,
+                            f'{python} -c "import sys;exec(sys.stdin.readline())"'],
+                           stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    ssh.stdin.write(f"exec({script!r})\n".encode())
+    ssh.stdin.flush()
+    ssh.stdout.readline()  # its sockets exist
+    return ssh
 
 
 if __name__ == "__main__":
