@@ -8,7 +8,9 @@ The `Frontend` has verified the signature and decoded the headers. The door chec
   then drops the message), no `subshell_id` (klbr offers no subshells);
 - every date-like string in the header and parent header parses as ipykernel parses them with
   jupyter_client's `extract_dates` (one that does not makes it drop the message);
-- metadata and content are JSON objects (ipykernel calls `metadata.get`);
+- metadata and content are JSON objects (ipykernel calls `metadata.get`), and no part is nested
+  deeper than `MAX_NESTING` (ipykernel's parser and its date walk give up near 1000 levels, less
+  its own stack, and drop the message without a reply; a header nested 900 deep hung the queue);
 - the content fields each request type needs, with their types and ranges (a `cursor_pos` past the
   code makes ipykernel's completer raise, and it never replies).
 
@@ -30,6 +32,8 @@ from .requests import Request
 
 # Longest msg_type taken (the longest in the protocol is 24 characters).
 _MAX_MSG_TYPE = 100
+# Deepest JSON nesting taken in any part (headers are flat; widget states nest a dozen levels).
+MAX_NESTING = 100
 _VERSION = re.compile(r"^[5-9](\.\d+)*$")
 
 # Content fields the worker reads, with their types, for the requests the proxy queues.
@@ -84,17 +88,22 @@ def admit(channel: str, wire) -> Request:
         raise Refused(f"the header's version is {version!r}; klbr speaks protocol 5")
     if header.get("subshell_id") is not None:
         raise Refused("klbr does not offer kernel subshells", "SubshellsNotSupported")
+    if (_nests(bytes(wire.body[1])) and _too_deep(header)) or (_nests(bytes(wire.body[2])) and _too_deep(wire.parent)):
+        raise Refused(f"the header is nested deeper than {MAX_NESTING} levels")
     try:
         _check_dates(header)
         _check_dates(wire.parent)
     except (ValueError, OverflowError) as e:
         raise Refused(f"a date in the header does not parse: {e}") from None
     body = wire.body
+    raw_metadata, raw_content = bytes(body[3]), bytes(body[4])
     try:
-        metadata = json.loads(bytes(body[3]))
-        content = json.loads(bytes(body[4]))
-    except (ValueError, UnicodeDecodeError) as e:
+        metadata = json.loads(raw_metadata)
+        content = json.loads(raw_content)
+    except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, or nested past the parser's depth
         raise Refused(f"metadata or content is not JSON: {e}") from None
+    if (_nests(raw_metadata) and _too_deep(metadata)) or (_nests(raw_content) and _too_deep(content)):
+        raise Refused(f"metadata or content is nested deeper than {MAX_NESTING} levels")
     if not isinstance(metadata, dict):
         raise Refused("metadata is not a JSON object")
     if not isinstance(content, dict):
@@ -103,6 +112,23 @@ def admit(channel: str, wire) -> Request:
     if problem is not None:
         raise Refused(problem)
     return Request(channel, wire, content)
+
+
+def _nests(raw: bytes) -> bool:
+    """Whether JSON text may nest deeper than `MAX_NESTING`: it has more brackets than that. Two
+    counts in C, so a 64 MiB content is not walked for the one check it almost never fails."""
+    return raw.count(b"[") + raw.count(b"{") > MAX_NESTING
+
+
+def _too_deep(value) -> bool:
+    """Whether decoded JSON nests deeper than `MAX_NESTING`; walked without recursion."""
+    level = [value]  # after k rounds: what sits inside k containers
+    for _ in range(MAX_NESTING):
+        level = [item for v in level if isinstance(v, (dict, list))
+                 for item in (v.values() if isinstance(v, dict) else v)]
+        if not level:
+            return False
+    return any(isinstance(v, (dict, list)) for v in level)
 
 
 def _check_dates(value) -> None:

@@ -105,7 +105,10 @@ class Frontend:
                 raise MalformedMessage("unsigned message")
             if not compare_digest(signature, self.session.sign(signed[1:5])):
                 raise MalformedMessage("invalid signature")
-        wire = Wire(idents, body, json.loads(signed[1]), json.loads(signed[2]))
+        try:
+            wire = Wire(idents, body, json.loads(signed[1]), json.loads(signed[2]))
+        except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested past the parser's depth
+            raise MalformedMessage("header is not JSON") from None
         if not isinstance(wire.header, dict) or not isinstance(wire.parent, dict):
             raise MalformedMessage("header is not an object")
         if signature and signature in self._seen:
