@@ -175,7 +175,8 @@ class Answers:
                     if magic.command == "replay":
                         await self.proxy.replay.run(req, replay_spec(magic.args))
                         continue
-                    text = await magic_output(magic, self.proxy.supervisor, self.proxy.cell_log)
+                    text = await magic_output(magic, self.proxy.supervisor, self.proxy.cell_log,
+                                              self.proxy.frontend.drops)
                     if text and not req.silent:
                         self.output(req, "stream", {"name": "stdout", "text": text})
             except ValueError as e:  # MagicError, and a bad argument

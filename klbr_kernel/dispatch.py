@@ -9,7 +9,6 @@ answered from the record and never run again (semantics 9).
 
 from __future__ import annotations
 
-import logging
 from typing import TYPE_CHECKING
 
 from klbr_supervisor.wire import Wire
@@ -22,8 +21,6 @@ from .requests import OWN, QUEUED, SUBSHELL, Phase, Request
 
 if TYPE_CHECKING:
     from .proxy import Proxy
-
-log = logging.getLogger(__name__)
 
 
 class Dispatch:
@@ -42,9 +39,11 @@ class Dispatch:
         """A request the door did not let in gets its error reply and bracket; anything else is
         only logged. Their parent header is the request's identity alone: the rest may be what a
         client cannot read back (a date that does not parse)."""
-        log.warning("%s: refused a %s: %s", channel, str(wire.header.get("msg_type"))[:100], refused.why)
+        what = f"a {str(wire.header.get('msg_type'))[:100]}"
         if channel == "stdin" or not refused.answerable:
+            self.proxy.frontend.drops.drop(channel, refused.why, what)
             return
+        self.proxy.frontend.drops.refuse(channel, refused.why, what)
         identity = {k: wire.header[k] for k in ("msg_id", "msg_type", "session", "username", "version")
                     if k in wire.header}
         req = Request(channel, Wire(wire.prefix, wire.body, identity, wire.parent))
@@ -59,7 +58,7 @@ class Dispatch:
             if msg_type == "input_reply":
                 proxy.stdin.to_worker(req.wire.frames())
             else:
-                log.warning("stdin: dropped a %s (only input_reply belongs there)", msg_type)
+                proxy.frontend.drops.drop("stdin", "only input_reply belongs there", f"a {msg_type}")
         elif proxy.stopping:
             req.move(Phase.ANSWERED)
             proxy.replies.own(req, {"status": "aborted"} if msg_type.endswith("_request") else None)

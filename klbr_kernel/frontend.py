@@ -1,7 +1,8 @@
 """The sockets a Jupyter frontend connects to, bound from its connection file.
 
 Owned by the `Proxy`. Every inbound message is verified with jupyter_client's `Session` key (HMAC and
-replay check) before anyone sees it; a message that fails is logged and dropped. Outbound, the proxy
+replay check) before anyone sees it; a message that fails is dropped, and counted by `drops`, which
+logs at a bounded rate (a hostile peer does not get a log line per frame). Outbound, the proxy
 either sends its own messages (signed here, with the proxy's one session id) or forwards a worker's
 frames untouched.
 """
@@ -21,6 +22,7 @@ from klbr_supervisor.sockets import Channel
 from klbr_supervisor.wire import MalformedMessage, Wire
 
 from . import early
+from .drops import Drops
 from .heartbeat import Heartbeat
 from .outbox import Outbox
 
@@ -43,6 +45,7 @@ class Frontend:
         self._heartbeat: Heartbeat | None = None
         self.outbox: Outbox | None = None  # iopub's: waits for slow frontends, drops only outputs
         self.subscriptions = 0  # live iopub subscriptions: 0 means nobody sees what is published
+        self.drops = Drops(log)  # what came in and was not served, counted
         # Signatures already taken, oldest first, bounded as jupyter_client bounds its digest history.
         self._seen: dict[bytes, None] = {}
 
@@ -67,6 +70,7 @@ class Frontend:
 
     def close(self) -> None:
         """Called once at exit; lingers up to a second so the last replies reach the frontend."""
+        self.drops.close()
         if self._heartbeat is not None:
             self._heartbeat.stop()
         if self.outbox is not None:
@@ -79,14 +83,14 @@ class Frontend:
 
     def _received(self, channel: str, frames: list) -> None:
         try:
-            wire = self._verify(frames)
+            wire = self._verify(channel, frames)
         except (ValueError, TypeError) as e:  # bad frames, signature or header JSON
-            log.warning("%s: dropped an invalid message: %s: %s", channel, type(e).__name__, e)
+            self.drops.drop(channel, str(e))
             return
         if wire is not None:
             self._on_message(channel, wire)
 
-    def _verify(self, frames: list) -> Wire | None:
+    def _verify(self, channel: str, frames: list) -> Wire | None:
         """Check the signature and the replay history, as `Session.deserialize` does, and decode the
         headers; None for a replay that is dropped.
 
@@ -113,7 +117,7 @@ class Frontend:
             raise MalformedMessage("header is not an object")
         if signature and signature in self._seen:
             if wire.msg_type != "execute_request":
-                log.warning("dropped a replayed %s (duplicate signature)", wire.msg_type)
+                self.drops.drop(channel, "a replay (its signature was taken already)", f"a {str(wire.msg_type)[:100]}")
                 return None
         elif signature:
             self._remember(signature)
@@ -127,7 +131,11 @@ class Frontend:
     def _subscription(self, frames: list) -> None:
         """XPUB subscription events: count them, and greet each new subscriber (JEP 65 iopub_welcome)."""
         for frame in frames:
-            self.subscriptions += early.subscription_change(frame.bytes)
+            change = early.subscription_change(frame.bytes)
+            if not change:
+                self.drops.drop("iopub", "not a subscription")
+                continue
+            self.subscriptions += change
             topic = early.welcome_topic(frame.bytes)
             if topic is not None:
                 self.send_iopub("iopub_welcome", {"subscription": topic.decode()}, parent=None, topic=topic or None)

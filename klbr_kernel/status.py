@@ -5,6 +5,7 @@ from __future__ import annotations
 from klbr_supervisor.supervisor import Supervisor
 
 from .cell_log import CellLog
+from .drops import Drops
 from .magics import Magic, MagicError
 
 
@@ -37,7 +38,7 @@ def history_text(supervisor: Supervisor, cell_log: CellLog, n: int) -> str:
     return "\n".join(lines) + "\n" if lines else "No cells recorded yet.\n"
 
 
-def status_text(supervisor: Supervisor, cell_log: CellLog) -> str:
+def status_text(supervisor: Supervisor, cell_log: CellLog, drops: Drops | None = None) -> str:
     st = supervisor.status()
     timeout = st["cell_timeout"]
     rows = [
@@ -55,6 +56,7 @@ def status_text(supervisor: Supervisor, cell_log: CellLog) -> str:
         ("cell timeout", f"{timeout:g} s" if timeout else "none"),
         ("interrupt grace", f"{st['interrupt_grace']:g} s"),
         ("cell log", cell_log.state_text()),
+        ("dropped", drops.status() if drops is not None else "-"),
     ]
     width = max(len(k) for k, _ in rows)
     return "".join(f"{k:<{width}}  {v}\n" for k, v in rows)
@@ -73,10 +75,11 @@ def _moved(what: str, old, new, supervisor: Supervisor) -> str:
             "with a fresh namespace.\n")
 
 
-async def magic_output(magic: Magic, supervisor: Supervisor, cell_log: CellLog) -> str:
+async def magic_output(magic: Magic, supervisor: Supervisor, cell_log: CellLog,
+                       drops: Drops | None = None) -> str:
     """Carry out one `%klbr` command; its printed answer."""
     if magic.command == "status":
-        return status_text(supervisor, cell_log)
+        return status_text(supervisor, cell_log, drops)
     if magic.command == "restart":
         old = supervisor.current
         await supervisor.restart()
