@@ -38,6 +38,11 @@ from .kernel_info import PROTOCOL_VERSION, kernel_info_content
 # proxy's `outbox` (ipykernel's PUB drops at 1000 instead). Counted in messages, so kept short: the
 # outbox bounds bytes.
 IOPUB_QUEUE = 200
+# The longest message taken on iopub, in bytes (a longer one disconnects its sender). What comes in
+# there is subscriptions, which anyone who reaches the port may send, and libzmq keeps each as a
+# trie node per byte: one 64 MiB subscription cost the kernel 3.4 GiB. Jupyter clients subscribe to
+# everything (an empty topic) or to a short prefix.
+SUBSCRIPTION_MAX = 4096
 _KINDS = {"shell": zmq.ROUTER, "control": zmq.ROUTER, "stdin": zmq.ROUTER, "iopub": zmq.XPUB}
 
 
@@ -61,10 +66,35 @@ def welcome_topic(event: bytes) -> bytes | None:
     return event[1:]
 
 
-def subscription_change(event: bytes) -> int:
-    """+1 for an iopub subscription, -1 for an unsubscription (every one is reported: XPUB_VERBOSER),
-    0 for anything else: their sum is how many subscriptions are live."""
-    return {b"\x01": 1, b"\x00": -1}.get(event[:1], 0)
+class Subscriptions:
+    """The live iopub subscriptions, by topic, from the XPUB's events (every one is reported:
+    XPUB_VERBOSER), kept by the early front and then by the `Frontend`.
+
+    libzmq also reports an unsubscription from a peer that never subscribed to its topic, and any
+    peer can send one: one of a topic nobody holds is not counted, so the count never goes below
+    what is live. (One of a topic someone else holds still lowers it: libzmq does not say which
+    peer sent what.)"""
+
+    def __init__(self) -> None:
+        self.topics: dict[bytes, int] = {}
+        self.live = 0  # 0: nobody sees what is published
+
+    def event(self, event: bytes) -> bool:
+        """Count one event from iopub; False for what is neither a subscription nor the end of a
+        live one."""
+        kind, topic = event[:1], event[1:]
+        if kind == b"\x01":
+            self.topics[topic] = self.topics.get(topic, 0) + 1
+        elif kind == b"\x00" and topic in self.topics:
+            self.topics[topic] -= 1
+            if not self.topics[topic]:
+                del self.topics[topic]
+            self.live -= 1
+            return True
+        else:
+            return False
+        self.live += 1
+        return True
 
 
 def bind(info: dict, context: zmq.Context) -> tuple[dict[str, zmq.Socket], Heartbeat]:
@@ -90,6 +120,7 @@ def bind(info: dict, context: zmq.Context) -> tuple[dict[str, zmq.Socket], Heart
                 # the message waits in the proxy's `outbox`, which decides what may be dropped.
                 sock.sndhwm = IOPUB_QUEUE
                 sock.setsockopt(zmq.XPUB_NODROP, 1)
+                sock.maxmsgsize = SUBSCRIPTION_MAX
             sock.bind(channel_url(info, name))
         heartbeat = Heartbeat(context, channel_url(info, "hb"))
     except BaseException:
@@ -109,7 +140,7 @@ class Bound:
         self.session_id = session_id
         self.kept: list[tuple[str, list[zmq.Frame]]] = []  # (channel, frames), in arrival order
         self.answered: list[bytes] = []  # signatures of the kernel_info requests answered
-        self.subscriptions = 0  # live iopub subscriptions
+        self.subscriptions = Subscriptions()
 
 
 class _Responder(threading.Thread):
@@ -197,7 +228,7 @@ class _Responder(threading.Thread):
 
     def _subscribed(self, event: bytes) -> None:
         """A new iopub subscriber: greet it (JEP 65), as the `Frontend` does after the handover."""
-        self._bound.subscriptions += subscription_change(event)
+        self._bound.subscriptions.event(event)
         topic = welcome_topic(event)
         if topic is not None:
             self._publish("iopub_welcome", {"subscription": topic.decode()}, {}, topic=topic or None)

@@ -44,7 +44,7 @@ class Frontend:
         self._channels: dict[str, Channel] = {}
         self._heartbeat: Heartbeat | None = None
         self.outbox: Outbox | None = None  # iopub's: waits for slow frontends, drops only outputs
-        self.subscriptions = 0  # live iopub subscriptions: 0 means nobody sees what is published
+        self._subscriptions = early.Subscriptions()
         self.drops = Drops(log)  # what came in and was not served, counted
         # Signatures already taken, oldest first, bounded as jupyter_client bounds its digest history.
         self._seen: dict[bytes, None] = {}
@@ -56,7 +56,7 @@ class Frontend:
             sockets, self._heartbeat = early.bind(self.info, self._context)
         else:
             sockets, self._heartbeat = bound.sockets, bound.heartbeat
-            self.subscriptions = bound.subscriptions
+            self._subscriptions = bound.subscriptions
             for signature in bound.answered:
                 self._remember(signature)
             # What came before the handover is handled before anything newer in the same socket.
@@ -78,6 +78,11 @@ class Frontend:
             self.outbox.close()
         for ch in self._channels.values():
             ch.close(linger=1000)
+
+    @property
+    def subscriptions(self) -> int:
+        """Live iopub subscriptions: 0 means nobody sees what is published."""
+        return self._subscriptions.live
 
     # -- inbound -----------------------------------------------------------------------------------
 
@@ -131,11 +136,9 @@ class Frontend:
     def _subscription(self, frames: list) -> None:
         """XPUB subscription events: count them, and greet each new subscriber (JEP 65 iopub_welcome)."""
         for frame in frames:
-            change = early.subscription_change(frame.bytes)
-            if not change:
-                self.drops.drop("iopub", "not a subscription")
+            if not self._subscriptions.event(frame.bytes):
+                self.drops.drop("iopub", "neither a subscription nor the end of one")
                 continue
-            self.subscriptions += change
             topic = early.welcome_topic(frame.bytes)
             if topic is not None:
                 self.send_iopub("iopub_welcome", {"subscription": topic.decode()}, parent=None, topic=topic or None)
