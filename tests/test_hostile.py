@@ -405,14 +405,14 @@ def _on_stdin(hostile, case: Case) -> None:
 
 
 @pytest.mark.parametrize("channel", ["shell", "control"])
-@examples(100)
+@examples(80)
 @given(case=cases())
 @listed
 def test_hostile_frames_on_shell_and_control_are_answered_or_dropped_and_counted(hostile, channel, case):
     _on_shell_or_control(hostile, channel, case)
 
 
-@examples(60)
+@examples(50)
 @given(case=cases())
 @listed
 def test_hostile_frames_on_stdin_are_dropped_and_input_still_works(hostile, case):
@@ -421,14 +421,14 @@ def test_hostile_frames_on_stdin_are_dropped_and_input_still_works(hostile, case
 
 @thorough
 @pytest.mark.parametrize("channel", ["shell", "control"])
-@examples(100, thorough=True)
+@examples(80, thorough=True)
 @given(case=cases())
 def test_many_more_hostile_frames_on_shell_and_control(hostile, channel, case):
     _on_shell_or_control(hostile, channel, case)
 
 
 @thorough
-@examples(60, thorough=True)
+@examples(50, thorough=True)
 @given(case=cases())
 def test_many_more_hostile_frames_on_stdin(hostile, case):
     _on_stdin(hostile, case)
@@ -698,20 +698,20 @@ def test_a_replayed_execute_is_not_run_again_by_the_next_kernel_on_the_same_file
         assert reply["content"]["status"] == "ok"
 
 
-def _bulk(session: Session, msg_type: str, content: bytes, n: int) -> list[list[bytes]]:
-    """`n` signed messages, each with an id of its own, built faster than `Session.msg` builds them."""
-    messages = []
-    for i in range(n):
-        header = (b'{"msg_id": "bulk-%d-%s", "msg_type": "%s", "session": "bulk", "username": "test", '
-                  b'"date": "2026-01-01T00:00:00.000000Z", "version": "5.3"}' % (i, msg_type.encode(), msg_type.encode()))
-        messages.append(signed(session, [header, b"{}", b"{}", content]))
-    return messages
+def _bulk(session: Session, msg_type: str | None, content: bytes, n: int) -> list[list[bytes]]:
+    """`n` signed messages, each with an id of its own (and no type when `msg_type` is None), built
+    faster than `Session.msg` builds them."""
+    typed = b'"msg_type": "%s", ' % msg_type.encode() if msg_type else b""
+    head = b'{"session": "bulk", "username": "test", "date": "2026-01-01T00:00:00.000000Z", "version": "5.3", ' + typed
+    return [signed(session, [head + b'"msg_id": "bulk-%d-%s"}' % (i, (msg_type or "untyped").encode()),
+                             b"{}", b"{}", content]) for i in range(n)]
 
 
 def _replayed_after(tmp_path, executes: int, others: int) -> None:
     """A recorded cell, then `executes` other executes (queued behind a cell that waits for input()
-    and then fails, so they are aborted unrun) and `others` messages on stdin, then the cell's
-    frames again: answered from the first run, never run again."""
+    and then fails, so they are aborted unrun) and `others` signed messages that name no type (they
+    pass the signature check and fill its history, and the door drops them: the cheapest message
+    that passes), then the cell's frames again: answered from the first run, never run again."""
     db, ran = tmp_path / "log.sqlite3", tmp_path / "ran"
     with start_kernel(env={"KLBR_DB": str(db)}) as (km, kc):
         kc.stop_channels()  # its iopub would queue the bracket of every execute, read by no one
@@ -734,7 +734,7 @@ def _replayed_after(tmp_path, executes: int, others: int) -> None:
             shell.send_multipart(session.serialize(info))
             until_message(shell, session, lambda m: m["parent_header"].get("msg_id") == info["header"]["msg_id"],
                           "the kernel_info_reply", timeout=120)
-            for frames in _bulk(session, "comm_info_request", b"{}", others):
+            for frames in _bulk(session, None, b"{}", others):
                 stdin.send_multipart(frames)
             stdin.send_multipart(session.serialize(session.msg("input_reply", {"value": ""}, parent=asked["header"])))
             # Only their content is read: deserializing 10 000 replies would cost the kernel its CPU.
