@@ -51,7 +51,10 @@ class WorkerChannels:
         self.closed = False
 
     def connect(self, endpoints: dict[str, str]) -> None:
-        """Connect to the worker's `endpoints` (channel -> url); the worker may not have bound yet."""
+        """Connect to the worker's `endpoints` (channel -> url); the worker may not have bound yet.
+        Nothing, once closed (its generation ended while its launch reported)."""
+        if self.closed:
+            return
         for name in CHANNELS:
             sock = self._context.socket(_KINDS[name])
             sock.linger = 0
@@ -107,6 +110,7 @@ class WorkerChannels:
         if self.closed:
             return
         self.closed = True
+        self._connected.clear()
         for name, monitor in self._monitors.items():
             ch = self._channels.get(name)
             if ch is not None and not ch.closed:

@@ -42,6 +42,9 @@ EndHandler = Callable[["Generation", Ending], None]
 # How long the channels of a worker that exited may take to report their last byte read (a bound,
 # not a wait: they report it within microseconds unless a process that escaped the group holds them).
 DRAIN_BOUND = 2.0
+# Ends a new generation would follow automatically: with no exit seen (a worker elsewhere whose
+# kill was not confirmed), the first may still run, so they count as a lost link instead.
+_REPLACED = frozenset({EndReason.LOST, EndReason.KILLED, EndReason.DEADLINE})
 # Published with no parent and still the frontend's business: the debugger's events.
 _UNPARENTED_FOR_FRONTEND = frozenset({"debug_event"})
 
@@ -131,6 +134,9 @@ class Generation:
             except PlacementError as e:
                 self._finish(Ending(EndReason.START_FAILED, None, f"could not be launched: {e}"))
                 return False
+            if self._end_reason is not None:  # `stop` came while it was checked: nothing to launch
+                self._finish(Ending(self._end_reason, None, "ended before its worker was launched"))
+                return False
         deadline = self._loop.time() + timeout
         self._worker = worker_for(
             self.kernel_name, self.placement, session=self._session, link_timeout=self._link_timeout,
@@ -159,6 +165,9 @@ class Generation:
             # the exit, so make it happen.
             self._worker.signal(signal.SIGKILL)
             await self._ended
+            return False
+        if self._exited.done() or self.state is GenerationState.ENDED:
+            await asyncio.shield(self._ended)  # it ended as its launch reported: nothing to connect
             return False
         if not self.shares_key:
             take_key(self._session, info)
@@ -335,6 +344,9 @@ class Generation:
         """The worker has ended (and what it started was killed): drain, then record the end.
         `returncode` is None when its end came with no exit status (its provisioner's helper ended)."""
         self._exited.set_result(returncode)
+        if self.state is GenerationState.ENDED:  # its end was recorded already (a lost link)
+            self._drain_task = self._loop.create_task(self._worker.release())
+            return
         if self.state in (GenerationState.READY, GenerationState.BUSY):
             self._set_state(GenerationState.ENDING, describe_exit(returncode))
         # Held: the loop keeps only weak references to tasks.
@@ -348,15 +360,16 @@ class Generation:
             reason = self._end_reason
         elif self.state is GenerationState.STARTING:
             reason = EndReason.START_FAILED
-        elif returncode is None:
-            reason = EndReason.LINK_LOST  # it may still run: no exit was seen
         else:
             reason = EndReason.LOST
+        if returncode is None and reason in _REPLACED and not getattr(self._worker, "confirmed", False):
+            reason = EndReason.LINK_LOST  # it may still run: no exit was seen, no kill confirmed
         await self._worker.release()
+        lost_how = getattr(self._worker, "lost_how", "") or f"{self.placement} ended with no exit reported"
         if reason is EndReason.LINK_LOST:
-            how = self._link_how or f"the helper running {self.placement}'s provisioner ended and no exit was reported"
+            how = self._link_how or lost_how
         elif returncode is None:
-            how = "ended through its provisioner"
+            how = lost_how
         else:
             how = describe_exit(returncode)
         self._finish(Ending(reason, returncode, how, tail))

@@ -5,8 +5,8 @@ blocks the kernel's loop. This side is the generation's handle on it (the seam o
 
 - `launch` sends the start (the fresh key travels on the pipe, never in argv) and returns the
   connection info the provisioner reports, whose key may be one its launcher chose;
-- `interrupt` and `signal` are lines to the helper; SIGKILL also arms `KILL_BOUND`, after which the
-  helper, and the kernel's local process group if it reported one, are SIGKILLed here;
+- `interrupt` and `signal` are lines to the helper; SIGKILL also arms `LET_GO`, after which the
+  kernel's local process group, if it reported one, is SIGKILLed here and the helper let go;
 - the end: an exit status the helper read off a local kernel process, or, when the helper ends
   with none reported, None: the generation takes that as a lost link (its outcome unknown).
 
@@ -33,8 +33,10 @@ from .pipes import LinePipe
 from .process import WorkerProcess
 from .reaper import Reaper
 
-# Seconds the helper gets to kill its kernel through its provisioner before it is killed itself.
-KILL_BOUND = 10.0
+# Seconds the generation waits for the helper to end its kernel (a kill asked for); after that it
+# lets go: the helper goes on with the kill on its own (bounded by its alarm), and the end is
+# reported unconfirmed, which the generation takes as a lost link, never replaced automatically.
+LET_GO = 3.0
 
 
 class ProvisionedWorker:
@@ -56,6 +58,8 @@ class ProvisionedWorker:
         self._kill_timer: asyncio.TimerHandle | None = None
         self._reported = False
         self.pid: int | None = None  # the kernel's local process, if it has one
+        self.confirmed = False  # the provisioner said it ended the kernel (an end with no status)
+        self.lost_how = ""  # why an end came with no exit status
 
     async def launch(self, extra_arguments: list[str], env: dict[str, str]) -> dict:
         reports, write_end = os.pipe()
@@ -84,7 +88,7 @@ class ProvisionedWorker:
         if sig == signal.SIGKILL:
             self._send(kill=1)
             if self._kill_timer is None and self._helper is not None:
-                self._kill_timer = self._loop.call_later(KILL_BOUND, self._kill_now)
+                self._kill_timer = self._loop.call_later(LET_GO, self._let_go)
         else:
             self._send(terminate=1)
 
@@ -110,8 +114,8 @@ class ProvisionedWorker:
             _killpg(self._pgid)
             self._reaper.forget(self._pgid)
             self._pgid = None
-        if self._helper is not None and self._helper.stderr is not None:
-            self._helper.stderr.close()
+        # Its stderr is read on until it ends (StderrTail closes at EOF): a closed pipe would fail
+        # what the helper still has to say while it shuts its kernel down.
 
     # -- internals ---------------------------------------------------------------------------------
 
@@ -130,6 +134,8 @@ class ProvisionedWorker:
             self._started.set_exception(LaunchError(str(message["failed"])))
         elif "exited" in message and self._started.done() and not self._started.exception():
             self._end(message["exited"])
+        elif "killed" in message:
+            self.confirmed = True
 
     def _helper_exited(self, returncode: int) -> None:
         if self._pipe is not None:
@@ -139,6 +145,8 @@ class ProvisionedWorker:
             self._started.set_exception(LaunchError(
                 f"its provisioner's helper {describe_exit(returncode)}" + (f": {tail[0]}" if tail else "")))
             return
+        self.lost_how = (f"the helper running its provisioner {describe_exit(returncode)} and reported no exit"
+                         if not self.confirmed else "ended by its provisioner (no exit status reported)")
         self._end(None)
 
     def _end(self, status: int | None) -> None:
@@ -146,14 +154,16 @@ class ProvisionedWorker:
             self._reported = True
             self._on_exit(status)
 
-    def _kill_now(self) -> None:
+    def _let_go(self) -> None:
         self._kill_timer = None
-        self._log.warning("the provisioner helper of %s did not end its kernel within %.0f s: killed",
-                          self._kernel_name, KILL_BOUND)
-        if self._helper is not None:
-            self._helper.killpg(signal.SIGKILL)
+        self._log.warning("the provisioner helper of %s did not end its kernel within %.0f s: let go (it goes "
+                          "on with the kill on its own)", self._kernel_name, LET_GO)
         if self._pgid is not None:
             _killpg(self._pgid)
+        if self._pipe is not None:
+            self._pipe.read_now()
+        self.lost_how = f"its provisioner did not confirm the kill within {LET_GO:.0f} s"
+        self._end(None)
 
 
 def _killpg(pgid: int) -> None:

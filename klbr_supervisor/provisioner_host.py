@@ -10,7 +10,7 @@ no pidfd reaches. `provisioned.ProvisionedWorker` starts this file as
   ``{"terminate": 1}``, ``{"kill": 1}``;
 - out, on REPORT_FD: ``{"started": INFO, "pid": P, "pgid": G}`` (P and G only when the kernel is a
   process of this machine), or ``{"failed": TEXT}``; later ``{"exited": STATUS}``, only from the
-  real exit of such a local process. A provisioner's `poll()` is never taken for an exit: a remote
+  real exit of such a local process, or ``{"killed": 1}`` when the provisioner's kill returned. A provisioner's `poll()` is never taken for an exit: a remote
   one may report a live kernel dead during a network cut.
 
 Stdin's end means shut down now, as does ``kill``, SIGTERM or the kernel's own exit: the kernel is
@@ -92,9 +92,9 @@ class Host:
         self.now.set()
 
     async def command(self, message: dict) -> None:
-        if "kill" in message:
-            self.now.set()
-        elif self.km is None or self.km.provisioner is None:
+        """An interrupt or a terminate, run as a task of its own: a call that hangs (a signal sent
+        over a cut network) never holds up a kill or stdin's end behind it."""
+        if self.km is None or self.km.provisioner is None:
             return
         elif "interrupt" in message:
             await _bounded(self.km.interrupt_kernel())
@@ -103,39 +103,59 @@ class Host:
 
     async def shut_down(self) -> None:
         signal.alarm(int(3 * BOUND))  # whatever blocks below, the helper ends
+        # The kernel may have stopped reading what it says (it ended the generation): nothing it
+        # or a library prints from here on may fail the shutdown.
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, 2)
+        os.dup2(devnull, 1)
         if self.starting is not None and not self.starting.done():
             self.starting.cancel()  # a launch under way: what it started is killed below
             await asyncio.wait({self.starting}, timeout=BOUND)
         if self.km is None or self.km.provisioner is None:
             return
-        if not self._exited:
-            await _bounded(self.km.provisioner.kill(restart=False))
+        if not self._exited and await _bounded(self.km.provisioner.kill(restart=False)):
+            self.say(killed=1)  # the provisioner says it ended its kernel
         await _bounded(self.km.cleanup_resources())
 
 
-async def _bounded(awaitable) -> None:
+async def _bounded(awaitable) -> bool:
+    """Whether the call returned within BOUND without raising; never raises itself."""
     try:
         async with asyncio.timeout(BOUND):
             await awaitable
+        return True
     except Exception as e:
-        print(f"klbr provisioner helper: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        try:
+            print(f"klbr provisioner helper: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+        except Exception:
+            pass
+        return False
 
 
 async def _commands(host: Host, reader: asyncio.StreamReader) -> None:
     started = False
-    while line := await reader.readline():
-        try:
-            message = json.loads(line)
-        except ValueError:
-            continue
-        if not isinstance(message, dict):
-            continue
-        if "start" in message and not started:
-            started = True
-            host.starting = asyncio.ensure_future(host.start(message["start"]))
-        else:
-            await host.command(message)
-    host.now.set()
+    tasks = set()
+    try:
+        while line := await reader.readline():
+            try:
+                message = json.loads(line)
+            except ValueError:
+                continue
+            if not isinstance(message, dict):
+                continue
+            if "start" in message and not started:
+                started = True
+                host.starting = asyncio.ensure_future(host.start(message["start"]))
+            elif "kill" in message:
+                return
+            else:
+                task = asyncio.ensure_future(host.command(message))
+                tasks.add(task)
+                task.add_done_callback(tasks.discard)
+    finally:
+        for task in tasks:
+            task.cancel()
+        host.now.set()
 
 
 async def main(report_fd: int) -> None:

@@ -41,7 +41,9 @@ AGENT = (Path(__file__).with_name("ssh_agent.py")).read_text()
 # csh all take as it is.
 REMOTE = '{python} -c "import sys;exec(sys.stdin.readline())"'
 LEASE_EVERY = 1.0  # seconds between lease renewals
-KILL_BOUND = 10.0  # seconds the agent gets to end its kernel before ssh itself is killed
+# Seconds the agent gets to report its kernel's end after a kill before ssh itself is killed: then
+# stdin's end (a live link) or the lease (a stalled one) ends the kernel, unconfirmed.
+KILL_BOUND = 1.0
 PROBE = ("import importlib.util, sys\n"
          "sys.exit(0 if importlib.util.find_spec('ipykernel_launcher') else 3)\n")
 
@@ -66,18 +68,29 @@ async def check(placement, ssh_command: list[str], ssh_options: list[str], timeo
     """Why a generation cannot start there (the host unreachable, no interpreter, no ipykernel), or None."""
     command, first = remote(placement.python, PROBE)
     argv = base_command(placement, ssh_command, ssh_options, 15) + [command]
-    try:
+    try:  # a session of its own: what ssh starts (a ProxyCommand) goes with it
         proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
-                                                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+                                                    stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
+                                                    start_new_session=True)
     except OSError as e:
         return f"{argv[0]} cannot be run: {e.strerror or e}"
     try:
         async with asyncio.timeout(timeout):
             _, err = await proc.communicate(first.encode())
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
+    except (TimeoutError, asyncio.CancelledError) as e:
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        if isinstance(e, asyncio.CancelledError):
+            raise
         return f"{placement.destination} did not answer within {timeout:.0f} s"
+    finally:
+        if proc.returncode is None:
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
     said = (err.decode("utf-8", "replace").strip().splitlines() or [""])[-1]
     if proc.returncode == 0:
         return None
@@ -111,6 +124,8 @@ class SshWorker:
         self._kill_timer: asyncio.TimerHandle | None = None
         self._reported = False
         self.pid: int | None = None  # no process of this machine: the kernel is the remote's
+        self.confirmed = False  # an end with no exit status is never confirmed: the agent reports one
+        self.lost_how = ""  # why an end came with no exit status
 
     async def launch(self, extra_arguments: list[str], env: dict[str, str]) -> dict:
         forwards = []
@@ -132,6 +147,8 @@ class SshWorker:
         self._send(start={"dir": self._remote, "key": self._session.key.decode("ascii"),
                           "signature_scheme": self._session.signature_scheme, "bootstrap": BOOTSTRAP,
                           "lease": self._lease})
+        # Renewed from now on: a kernel slow to start (a cold disk, a big venv) keeps its lease.
+        self._renew = self._loop.call_later(LEASE_EVERY, self._renew_lease)
         return await asyncio.shield(self._started)
 
     async def interrupt(self) -> None:
@@ -175,13 +192,15 @@ class SshWorker:
 
     def _report(self, message: dict) -> None:
         if "started" in message and not self._started.done():
-            self._renew = self._loop.call_later(LEASE_EVERY, self._renew_lease)
             self._started.set_result({
                 "transport": "ipc", "ip": self._local, "key": self._session.key,
                 "signature_scheme": self._session.signature_scheme,
                 **{f"{name}_port": port for name, port in
                    (("shell", 1), ("iopub", 2), ("stdin", 3), ("control", 4), ("hb", 5))}})
-        elif "exited" in message and self._started.done():
+        elif "exited" in message and not self._started.done():
+            self._started.set_exception(LaunchError(
+                f"its kernel on {self._placement.host} {describe_exit(int(message['exited']))} before it served"))
+        elif "exited" in message and self._started.exception() is None:
             self._end(int(message["exited"]))
 
     def _renew_lease(self) -> None:
@@ -196,10 +215,13 @@ class SshWorker:
             self._started.set_exception(LaunchError(
                 f"ssh to {self._placement.destination} {describe_exit(returncode)}" + (f": {said}" if said else "")))
             return
+        said = (self._ssh.tail().strip().splitlines() or [""])[-1]
+        self.lost_how = (f"ssh to {self._placement.destination} {describe_exit(returncode)}"
+                         + (f" ({said})" if said else "") + " and no exit of the kernel was reported")
         self._end(None)
 
     def _end(self, status: int | None) -> None:
-        if not self._reported:
+        if not self._reported and self._started.done() and self._started.exception() is None:
             self._reported = True
             self._on_exit(status)
 

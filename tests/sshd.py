@@ -7,6 +7,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 from pathlib import Path
 
 SSHD = Path("/usr/sbin/sshd")
@@ -46,6 +47,8 @@ class Sshd:
         self.process = subprocess.Popen([str(SSHD), "-D", "-e", "-f", str(config)], stderr=subprocess.PIPE, text=True)
         for line in self.process.stderr:
             if "Server listening on" in line:
+                # read on, or sshd blocks on a full pipe after a few hundred connections' lines
+                threading.Thread(target=self.process.stderr.read, daemon=True).start()
                 return True
             if "Address already in use" in line or "Cannot bind" in line:
                 break

@@ -106,10 +106,7 @@ def _helpers_of(kernel: int) -> list[int]:
     return found
 
 
-@pytest.fixture(params=["local", "remote"])
-def cuttable(tmp_path, request) -> tuple[Path, Path, bool]:
-    """The cuttable provisioner's kernelspec, and its control directory: with its kernel's process
-    in sight (a local one), or kept to itself (as a pod's or another host's is)."""
+def _cuttable_spec(tmp_path, **config) -> tuple[Path, Path]:
     control = tmp_path / "control"
     control.mkdir()
     spec = tmp_path / "specs" / "kernels" / "cuttable"
@@ -118,9 +115,16 @@ def cuttable(tmp_path, request) -> tuple[Path, Path, bool]:
         "argv": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"],
         "display_name": "ipykernel behind a network the test cuts", "language": "python",
         "metadata": {"kernel_provisioner": {"provisioner_name": "klbr-cuttable-provisioner",
-                                            "config": {"control": str(control),
-                                                       "remote": request.param == "remote"}}}}))
-    return tmp_path / "specs", control, request.param == "remote"
+                                            "config": {"control": str(control), **config}}}}))
+    return tmp_path / "specs", control
+
+
+@pytest.fixture(params=["local", "remote"])
+def cuttable(tmp_path, request) -> tuple[Path, Path, bool]:
+    """The cuttable provisioner's kernelspec, and its control directory: with its kernel's process
+    in sight (a local one), or kept to itself (as a pod's or another host's is)."""
+    specs, control = _cuttable_spec(tmp_path, remote=request.param == "remote")
+    return specs, control, request.param == "remote"
 
 
 def on_cuttable(tmp_path, specs: Path, *options):
@@ -213,6 +217,8 @@ def test_a_killed_kernel_process_leaves_no_provisioned_kernel_or_helper(tmp_path
         km.provisioner.process.wait()
         assert process_gone(kernel, timeout=30), "the provisioned kernel outlived klbr"
         assert process_gone(helpers[0], timeout=30), "the helper outlived klbr"
+        if remote:  # nothing else could reach it: the helper had its provisioner kill it
+            assert (control / "kills").read_text().split() == [str(kernel)]
 
 
 def test_an_interrupt_the_kernel_ignores_ends_in_worker_killed_through_the_provisioner(tmp_path, cuttable):
@@ -227,6 +233,24 @@ def test_an_interrupt_the_kernel_ignores_ends_in_worker_killed_through_the_provi
         km.interrupt_kernel()
         reply, _ = collect(kc, msg_id, timeout=60)
         assert reply["content"]["ename"] == "WorkerKilled", reply["content"]
+        assert process_gone(first)
+        assert value(kc, "6 * 7") == 42
+        assert len(launches(control)) == 2
+
+
+def test_a_provisioner_whose_signals_hang_still_gets_its_kill_and_the_cell_an_answer(tmp_path):
+    """A signal over a network that is gone never returns: the interrupt and the terminate hang in
+    the helper, and the kill behind them still goes through (its own task each), in time for the
+    ladder: WorkerKilled after interrupt_grace, and a new generation."""
+    specs, control = _cuttable_spec(tmp_path, remote=True, hang_signals=True)
+    with on_cuttable(tmp_path, specs, "--Supervisor.interrupt_grace=1") as (km, kc):
+        msg_id = kc.execute("import time\nprint('asleep', flush=True)\ntime.sleep(60)")
+        wait_for_stream(kc, msg_id)
+        (first,) = launches(control)
+        km.interrupt_kernel()
+        reply, _ = collect(kc, msg_id, timeout=60)
+        assert reply["content"]["ename"] == "WorkerKilled", reply["content"]
+        assert (control / "kills").read_text().split() == [str(first)], "the provisioner's kill ran"
         assert process_gone(first)
         assert value(kc, "6 * 7") == 42
         assert len(launches(control)) == 2

@@ -161,3 +161,32 @@ def test_an_interrupt_the_remote_kernel_ignores_ends_in_worker_killed(tmp_path, 
         assert process_gone(first)
         assert value(kc, "6 * 7", timeout=60) == 42  # a new generation, on the same host
         assert worker_pid(kc) != first
+
+
+def test_a_shutdown_over_a_stalled_link_is_answered_in_jupyters_window(tmp_path, sshd):
+    """jupyter_client waits 5 s for a shutdown_reply before it kills the kernel: a stalled link must
+    not hold the reply (the remote kernel ends with its lease)."""
+    with on_ssh(tmp_path, sshd, "--Supervisor.link_timeout=10") as (km, kc):  # longer than the window
+        remote = worker_pid(kc)
+        sessions = sshd.sessions()
+        for pid in sessions:
+            signal_quietly(pid, signal.SIGSTOP)
+        try:
+            began = time.monotonic()
+            msg_id = kc.shutdown()  # on control, as jupyter_client's managers send it
+            reply = kc.control_channel.get_msg(timeout=30)
+            took = time.monotonic() - began
+            assert reply["parent_header"]["msg_id"] == msg_id and reply["msg_type"] == "shutdown_reply"
+            assert took < 5, f"shutdown_reply after {took:.1f} s"
+            assert process_gone(remote, timeout=10 + 5), "the remote kernel outlived its lease"
+        finally:
+            for pid in sessions:
+                signal_quietly(pid, signal.SIGCONT)
+
+
+def test_a_remote_kernel_slower_to_start_than_the_link_timeout_keeps_its_lease(tmp_path, sshd):
+    slow = tmp_path / "slow-python"
+    slow.write_text(f"#!/bin/sh\nsleep 5\nexec {REMOTE_PYTHON} \"$@\"\n")  # the scenario: a cold start
+    slow.chmod(0o755)
+    with on_ssh(tmp_path, sshd, "--Supervisor.link_timeout=2", placement=f"ssh://klbr-test{slow}") as (km, kc):
+        assert value(kc, "6 * 7", timeout=60) == 42

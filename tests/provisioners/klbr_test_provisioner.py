@@ -6,13 +6,16 @@ does, but reports ports of its own that forward, byte for byte, to the kernel's:
 them. Writing ``cut`` to the FIFO ``CONTROL/cut`` cuts that network: every connection is closed
 and the ports refuse new ones, while the kernel runs on. Its `poll()` flaps (alive, dead, alive...),
 as gateway_provisioners' remote ones do during a network cut: klbr must not believe it.
-Each launch appends the kernel's pid to ``CONTROL/launches``. With ``remote`` set, it keeps its
-kernel's process to itself, as a provisioner of a pod or of another host does: nobody else can
-see that process end or kill it; only its own calls (`kill`, `send_signal`) reach it.
+Each launch appends the kernel's pid to ``CONTROL/launches``, each `kill` to ``CONTROL/kills``.
+With ``remote`` set, it keeps its kernel's process to itself, as a provisioner of a pod or of
+another host does: nobody else can see that process end or kill it; only its own calls (`kill`,
+`send_signal`) reach it. With ``hang_signals``, `send_signal` never returns (a signal sent over a
+network that is gone), while `kill` still works.
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import selectors
 import shutil
@@ -29,6 +32,7 @@ CHANNELS = ("shell", "iopub", "stdin", "control", "hb")
 class CuttableProvisioner(LocalProvisioner):
     control = Unicode("", config=True, help="The directory of the `cut` FIFO and the `launches` file.")
     remote = Bool(False, config=True, help="Keep the kernel's process out of sight (no `process`).")
+    hang_signals = Bool(False, config=True, help="send_signal (interrupt, terminate) never returns.")
     _own = None
 
     @property
@@ -44,11 +48,18 @@ class CuttableProvisioner(LocalProvisioner):
         return self._own is not None
 
     async def send_signal(self, signum: int) -> None:
-        if self._own is not None and self._own.poll() is None:
-            os.killpg(self._own.pid, signum)
+        if self.hang_signals:
+            await asyncio.Event().wait()
+        self._signal(signum)
 
     async def kill(self, restart: bool = False) -> None:
-        await self.send_signal(9)
+        with open(os.path.join(self.control, "kills"), "a") as f:
+            f.write(f"{self._own.pid if self._own is not None else ''}\n")
+        self._signal(9)
+
+    def _signal(self, signum: int) -> None:
+        if self._own is not None and self._own.poll() is None:
+            os.killpg(self._own.pid, signum)
 
     async def terminate(self, restart: bool = False) -> None:
         await self.send_signal(15)
@@ -70,7 +81,9 @@ class CuttableProvisioner(LocalProvisioner):
         return kwargs
 
     async def launch_kernel(self, cmd, **kwargs):
-        self._own = launch_kernel(cmd, **LocalProvisioner._scrub_kwargs(kwargs))
+        # independent: no JPY_PARENT_PID, so the kernel does not end by itself when the helper does;
+        # only a kill reaches it, as a pod's or a remote host's kernel
+        self._own = launch_kernel(cmd, independent=True, **LocalProvisioner._scrub_kwargs(kwargs))
         self.pid = self.pgid = self._own.pid  # jupyter_client's launcher starts a new session
         self.cwd = kwargs.get("cwd") or os.getcwd()
         info = self.connection_info
