@@ -2,10 +2,10 @@
 the kernel answers what it must, drops the rest, counts what it drops and logs it at a bounded rate,
 never runs a signed execute twice, and the next normal cell works.
 
-The header and content variants are drawn by hypothesis, against one kernel shared by the examples
-of each channel. `make test` runs a few hundred examples, derandomized (the same ones each run), and
-the replay checks at the issue's scale. For many more examples, random ones, and a replay after
-70 000 executes:
+The header and content variants are drawn by hypothesis, against one kernel that all of the module's
+examples share. `make test` runs about 300 examples, derandomized (the same ones every run), and the
+replay checks at the issue's scale. For 25 times as many examples, new ones each run, and a replay
+after 70 000 executes:
 
     KLBR_THOROUGH=1 .venv/bin/python -m pytest -m thorough tests/test_hostile.py
 
@@ -599,18 +599,18 @@ def test_a_64_MiB_frame_on_every_socket(hostile):
 def test_1000_frames_in_one_message_on_every_socket(hostile):
     km, peer, log = hostile
     before = peer.begin()
-    # shell: a signed execute with 995 buffers is a legal message, and runs.
+    # shell: a signed execute and 994 buffers is a legal message, and runs.
     msg = peer.session.msg("execute_request", {"code": "buffered = 1000", "silent": False, "store_history": True})
-    peer.sockets["shell"].send_multipart(peer.session.serialize(msg) + [b"b"] * 995)
+    peer.sockets["shell"].send_multipart(peer.session.serialize(msg) + [b"b"] * 994)
     reply, _ = peer.collect(msg["header"]["msg_id"])
     assert reply["content"]["status"] == "ok"
     peer.works()
-    # control: 999 routing frames before the delimiter all come back with the reply.
+    # control: 994 routing frames before a signed kernel_info_request all come back with its reply.
     msg = peer.session.msg("kernel_info_request", {})
-    peer.sockets["control"].send_multipart([b"hop%d" % i for i in range(993)] + peer.session.serialize(msg))
+    peer.sockets["control"].send_multipart([b"hop%d" % i for i in range(994)] + peer.session.serialize(msg))
     assert peer.sockets["control"].poll(10_000)
     frames = peer.sockets["control"].recv_multipart()
-    assert frames[:993] == [b"hop%d" % i for i in range(993)] and frames[993] == DELIM
+    assert frames[:994] == [b"hop%d" % i for i in range(994)] and frames[994] == DELIM
     peer.probe("shell")  # its busy and idle went by on iopub
     peer.works()
     # control and stdin: 1000 frames that are no message, dropped once each.
