@@ -1,11 +1,11 @@
 """The proxy SIGKILLed mid-write, many times, on one cell log (issue H, item 4; DESIGN.md semantics 3, 5).
 
 Each repetition starts a kernel on the same database, feeds it a random stream of cells (prints,
-displays, results, errors, aborts, `%klbr` cells, `host.put`, a worker loss, a child process) and
-SIGKILLs the kernel process on an event: when the test has read the Nth message of the stream (iopub
-or shell, N drawn at random), or right after the reply to a cell the proxy answers itself. The kill
-lands wherever the kernel is then (an output being written, an outcome committing, a reply held, a
-spare starting). Every time:
+displays, results, errors, aborts, `%klbr` cells, `host.put` and `host.run`, a worker loss, a
+child process) and SIGKILLs the kernel process on an event: when the test has read the Nth message
+of the stream (iopub or shell, N drawn at random), or right after the reply to a cell the proxy
+answers itself. The kill lands wherever the kernel is then (an output being written, an outcome
+committing, a reply held, a spare starting, a command running). Every time:
 
 - the file passes `PRAGMA integrity_check` and `foreign_key_check`, and no output belongs to a
   missing cell;
@@ -52,8 +52,8 @@ TAG = "KLBR_KILL_LOOP_TAG"  # in the kernel's environment, so in that of everyth
 
 def _cell(rng: random.Random, i: int) -> tuple[str, dict]:
     """One cell of the stream: its code and the execute's options."""
-    kind = rng.choices(["print", "display", "result", "big", "error", "magic", "put", "loss", "child"],
-                       weights=[5, 2, 3, 1, 1, 1, 2, 1, 1])[0]
+    kind = rng.choices(["print", "display", "result", "big", "error", "magic", "put", "loss", "child", "command"],
+                       weights=[5, 2, 3, 1, 1, 1, 2, 1, 1, 1])[0]
     n = rng.randint(1, 120)
     code = {
         "print": f"for i in range({n}):\n    print({i}, i, flush=True)",
@@ -65,6 +65,8 @@ def _cell(rng: random.Random, i: int) -> tuple[str, dict]:
         "put": f"from klbr_kernel import host\nhost.put('kill-loop-{i}', {i})\nprint('put {i}')",
         "loss": f"import os  # {i}\nos._exit(3)",
         "child": f"import subprocess\nsubprocess.Popen(['sleep', '600']).pid  # {i}",
+        # A command the kernel itself runs (in a process group of its own), ended by its timeout.
+        "command": f"from klbr_kernel import host\nhost.run(['sleep', '600'], timeout=1)['timed_out']  # {i}",
     }[kind]
     return code, {"stop_on_error": rng.random() < 0.5}
 
