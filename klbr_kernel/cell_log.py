@@ -65,11 +65,11 @@ class CellLog:
         """A history_request's answer, from the log (across generations and sessions)."""
         return queries.history(self._store.reader(), content, self._store.session_id, notebook)
 
-    def recorded_reply(self, client_session: str, msg_id: str) -> dict | None:
-        """The reply this session recorded for an execute, if any (semantics 9)."""
+    def recorded_execute(self, client_session: str, msg_id: str) -> tuple[str, dict | None] | None:
+        """(status, reply or None) of an execute this log has taken, in any session (semantics 9)."""
         if not self.recording:
             return None
-        return queries.recorded_reply(self._store.reader(), self._store.session_id, client_session, msg_id)
+        return queries.recorded_execute(self._store.reader(), client_session, msg_id)
 
     def recent_cells(self, n: int, notebook: str | None) -> list:
         """This notebook's last `n` cells, with their store ids and output counts (`%klbr history`)."""

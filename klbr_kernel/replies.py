@@ -25,7 +25,6 @@ class Replies:
         self.cell_log = cell_log
         # An execute taken: the request while it runs, then only its reply content.
         self._executes: dict[tuple[str, str], Request | dict] = {}
-        self._forgot = False  # some were let go of: a new execute costs a look in the store
 
     def busy(self, req: Request) -> None:
         """busy for `req`, unless the frontend has had it already (from the worker, or a retry)."""
@@ -90,14 +89,17 @@ class Replies:
         key = (req.header.get("session", ""), req.msg_id)
         original = self._executes.get(key)
         if original is None:
-            reply = self.cell_log.recorded_reply(*key) if self._forgot else None
-            if reply is None:
+            # Past what is remembered, or taken by an earlier kernel on this log (a client that
+            # resends to the kernel that replaced it): the record answers, one indexed read.
+            recorded = self.cell_log.recorded_execute(*key)
+            if recorded is None:
                 self._executes[key] = req
                 if len(self._executes) > _REMEMBERED:
                     self._executes.pop(next(iter(self._executes)))
-                    self._forgot = True
                 return False
-            self._send(req, reply)
+            status, reply = recorded
+            log.info("execute %s was taken before (%s): answered from the record, not re-run", req.msg_id, status)
+            self._send(req, reply or _unfinished(req.msg_id, status))
             return True
         log.info("execute %s received again: answered from the record, not re-run", req.msg_id)
         if isinstance(original, dict):
@@ -115,3 +117,10 @@ class Replies:
             "status": content.get("status"),
         }
         return self.frontend.reply(req.channel, req.idents, reply_type, content, req.header, metadata)
+
+
+def _unfinished(msg_id: str, status: str) -> dict:
+    """The answer to an execute taken before whose outcome was never recorded (its kernel died)."""
+    text = (f"this execute ({msg_id}) was taken before, by a kernel that ended before its outcome was "
+            f"recorded (it is {status!r} in the cell log): it is not run again")
+    return {"status": "error", "ename": "WorkerLost", "evalue": text, "traceback": [f"WorkerLost: {text}"]}

@@ -34,7 +34,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from jupyter_client.session import Session
 
-from conftest import execute, raw_socket, receive, results, start_kernel, stream_text
+from conftest import execute, raw_socket, receive, results, start_kernel, stream_text, until
 
 THOROUGH = os.environ.get("KLBR_THOROUGH") == "1"
 
@@ -674,8 +674,6 @@ def test_a_replayed_execute_is_answered_from_the_first_and_never_run_again(hosti
     assert peer.counts() == (before[0] + 1, before[1])
 
 
-@pytest.mark.xfail(strict=True, reason="a new kernel looks up executes of its own session only: the store "
-                   "needs a lookup across sessions (klbr_supervisor/store/queries.py), see issue H")
 def test_a_replayed_execute_is_not_run_again_by_the_next_kernel_on_the_same_file(tmp_path):
     """jupyter_client's restart: a new kernel process on the same connection file and database."""
     db, ran = tmp_path / "log.sqlite3", tmp_path / "ran"
@@ -693,6 +691,31 @@ def test_a_replayed_execute_is_not_run_again_by_the_next_kernel_on_the_same_file
             again = receive(sock, session, timeout=30)
         assert again["parent_header"]["msg_id"] == first["parent_header"]["msg_id"]
         assert again["content"] == first["content"]
+        assert ran.read_text() == "ran\n"
+        reply, _ = execute(kc, "1 + 1")
+        assert reply["content"]["status"] == "ok"
+
+
+
+def test_a_replay_of_a_cell_whose_kernel_died_under_it_is_refused_not_run(tmp_path):
+    """The kernel is SIGKILLed while the cell runs (its row is left `running`, then `unknown`): the
+    same frames sent to the next kernel on the file get WorkerLost, and the cell runs no second time."""
+    db, ran = tmp_path / "log.sqlite3", tmp_path / "ran"
+    with start_kernel(env={"KLBR_DB": str(db)}) as (km, kc):
+        with raw_socket(km, "shell") as (sock, session):
+            content = _once(ran)
+            content["code"] += "\nimport time\ntime.sleep(600)"
+            frames = session.serialize(session.msg("execute_request", content))
+            sock.send_multipart(frames)
+            until(lambda: ran.exists() and ran.read_text() == "ran\n", 60, "the cell runs")
+            km.provisioner.process.kill()
+            km.provisioner.process.wait()
+            km.restart_kernel(now=True)
+            kc.wait_for_ready(timeout=60)
+            sock.send_multipart(frames)
+            again = receive(sock, session, timeout=30)
+        assert again["content"]["status"] == "error" and again["content"]["ename"] == "WorkerLost", again["content"]
+        assert "not run again" in again["content"]["evalue"]
         assert ran.read_text() == "ran\n"
         reply, _ = execute(kc, "1 + 1")
         assert reply["content"]["status"] == "ok"

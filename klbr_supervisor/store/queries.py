@@ -73,12 +73,12 @@ def prune(conn: sqlite3.Connection, older_than_days: float) -> int:
     return len(ids)
 
 
-def recorded_reply(conn: sqlite3.Connection, session_id: int, client_session: str, msg_id: str) -> dict | None:
-    """The execute_reply a session gave (client session, msg_id), if it recorded one."""
-    row = conn.execute(
-        "SELECT reply FROM cells WHERE msg_id = ? AND client_session = ? AND session_id = ? AND reply IS NOT NULL",
-        (msg_id, client_session, session_id)).fetchone()
-    return json.loads(row[0]) if row else None
+def recorded_execute(conn: sqlite3.Connection, client_session: str, msg_id: str) -> tuple[str, dict | None] | None:
+    """(status, execute_reply or None) of the cell a client sent as (client session, msg_id), in any
+    kernel session of this log (a replay may come to the next kernel on the file), or None."""
+    row = conn.execute("SELECT status, reply FROM cells WHERE msg_id = ? AND client_session = ? ORDER BY id DESC LIMIT 1",
+                       (msg_id, client_session)).fetchone()
+    return (row[0], json.loads(row[1]) if row[1] else None) if row else None
 
 
 # -- history (history_request, %klbr history) -------------------------------------------------------
