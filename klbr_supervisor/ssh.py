@@ -197,6 +197,8 @@ class SshWorker:
                 "signature_scheme": self._session.signature_scheme,
                 **{f"{name}_port": port for name, port in
                    (("shell", 1), ("iopub", 2), ("stdin", 3), ("control", 4), ("hb", 5))}})
+        elif "failed" in message and not self._started.done():
+            self._started.set_exception(LaunchError(f"on {self._placement.host}: {message['failed']}"))
         elif "exited" in message and not self._started.done():
             self._started.set_exception(LaunchError(
                 f"its kernel on {self._placement.host} {describe_exit(int(message['exited']))} before it served"))

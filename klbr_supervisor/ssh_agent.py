@@ -4,7 +4,8 @@ Its source is sent over ssh's stdin, as one line the remote command executes (se
 nothing of klbr needs to be installed there and nothing secret is in any command line. Then, on
 stdin, JSON lines: ``{"start": {...}}`` (its directory, the fresh key, the worker's bootstrap, the
 lease), later ``{"lease": 1}`` (renewed every second) and ``{"signal": N}``. On stdout:
-``{"started": PID}`` once the kernel's sockets exist, and ``{"exited": STATUS}`` if it exits.
+``{"started": PID}`` once the kernel's sockets exist, and ``{"exited": STATUS}`` if it exits;
+``{"failed": TEXT}`` instead when the interpreter has no ipykernel.
 
 It makes a 0700 directory with the connection file (0600, ipc sockets beside it, which ssh forwards
 to the kernel's own runtime directory), starts ipykernel in its own process group and relays signals
@@ -52,6 +53,11 @@ def main():
         return
     start = json.loads(line)["start"]
     where = start["dir"]
+    import importlib.util
+
+    if importlib.util.find_spec("ipykernel_launcher") is None:
+        _say(failed=f"{sys.executable} has no ipykernel; install it there ({sys.executable} -m pip install ipykernel)")
+        return
     os.mkdir(where, 0o700)  # fails if it exists: a directory of its own, never someone else's
     proc = None
     try:

@@ -167,7 +167,9 @@ class Supervisor(SupervisorSettings):
         """The configured first placement, checked as `%klbr placement` checks a new one."""
         if self._bad_placement is not None:
             raise PlacementError(self._bad_placement)
-        if placement.kind != "local":
+        # ssh://'s launch says the same itself (its agent looks for ipykernel first): checked
+        # apart, it would cost a second connection to the host at every start.
+        if placement.kind not in ("local", "ssh"):
             await check(placement, WorkerSpecs(), self.ssh)
 
     def _ensure_spare(self) -> None:

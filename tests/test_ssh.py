@@ -190,3 +190,11 @@ def test_a_remote_kernel_slower_to_start_than_the_link_timeout_keeps_its_lease(t
     slow.chmod(0o755)
     with on_ssh(tmp_path, sshd, "--Supervisor.link_timeout=2", placement=f"ssh://klbr-test{slow}") as (km, kc):
         assert value(kc, "6 * 7", timeout=60) == 42
+
+
+def test_a_configured_ssh_placement_without_ipykernel_fails_every_cell_saying_so(tmp_path, sshd):
+    with on_ssh(tmp_path, sshd, placement="ssh://klbr-test/usr/bin/python3") as (km, kc):
+        for _ in range(2):
+            reply, _ = execute(kc, "1 + 1", timeout=60)
+            assert reply["content"]["ename"] == "WorkerStartFailed", reply["content"]
+            assert "has no ipykernel" in reply["content"]["evalue"]
