@@ -68,6 +68,6 @@ def test_a_subscriber_that_reads_nothing_does_not_hold_back_the_others(tmp_path)
             welcome = kc.execute("'the stalled subscriber is in'")  # its subscription is through
             collect(kc, welcome)
             reply, outputs = execute(kc, "for i in range(20_000):\n    print(i, flush=True)", timeout=120)
-            assert reply["content"]["status"] == "ok"
+            assert reply["content"]["status"] == "ok", reply["content"]
             lines = [int(line) for line in stream_text(outputs).split()]
             assert lines == sorted(set(lines)) and lines[0] == 0, "in order, none twice"
