@@ -87,7 +87,10 @@ def _over_ssh(config: str, host: str, python: str, back: dict, runtime: str) -> 
               f"k = subprocess.Popen([sys.executable, '-m', 'ipykernel_launcher', '-f', {remote + '/kernel.json'!r}], env=env)\n"
               f"while not all(os.path.exists({remote!r} + f'/k-{{p}}') for p in range(1, 6)):\n"
               "    time.sleep(0.01)\n"
-              "print('ready', flush=True)\nk.wait()\n")
+              "print('ready', flush=True)\n"
+              "import threading  # ssh's end (stdin's) ends the floor's kernel too\n"
+              "threading.Thread(target=lambda: (sys.stdin.read(), k.kill()), daemon=True).start()\n"
+              "k.wait()\n")
     ssh = subprocess.Popen(["ssh", "-F", config, "-T", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes",
                             "-o", "StreamLocalBindMask=0177", "-o", "StreamLocalBindUnlink=yes", *forwards, host,
                             f'{python} -c "import sys;exec(sys.stdin.readline())"'],
