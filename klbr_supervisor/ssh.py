@@ -33,6 +33,7 @@ from .launched import LaunchError
 from .pipes import LinePipe
 from .process import WorkerProcess
 from .reaper import Reaper
+from .ssh_agent import CHANNELS  # the ports the agent writes into the worker's connection file
 from .worker import BOOTSTRAP
 
 AGENT = (Path(__file__).with_name("ssh_agent.py")).read_text()
@@ -59,7 +60,7 @@ def base_command(placement, ssh_command: list[str], ssh_options: list[str], link
     return [*argv, placement.destination]
 
 
-def remote(python: str, script: str) -> str:
+def remote(python: str, script: str) -> tuple[str, str]:
     """The remote command that runs `script`, sent as its first line on stdin."""
     return REMOTE.format(python=python), f"exec(compile({script!r}, 'klbr', 'exec'))\n"
 
@@ -129,7 +130,7 @@ class SshWorker:
 
     async def launch(self, extra_arguments: list[str], env: dict[str, str]) -> dict:
         forwards = []
-        for port in range(1, 6):
+        for port in CHANNELS.values():
             forwards += ["-L", f"{self._local}-{port}:{self._remote}/k-{port}"]
         command, first = remote(self._placement.python, AGENT)
         argv = [*self._argv[:-1], "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindMask=0177",
@@ -167,7 +168,7 @@ class SshWorker:
         return self._ssh.tail() if self._ssh is not None else ""
 
     async def release(self) -> None:
-        for port in range(1, 6):  # ssh unlinks its listeners when it exits; one that was killed cannot
+        for port in CHANNELS.values():  # ssh unlinks its listeners when it exits; one that was killed cannot
             try:
                 os.unlink(f"{self._local}-{port}")
             except OSError:
@@ -195,8 +196,7 @@ class SshWorker:
             self._started.set_result({
                 "transport": "ipc", "ip": self._local, "key": self._session.key,
                 "signature_scheme": self._session.signature_scheme,
-                **{f"{name}_port": port for name, port in
-                   (("shell", 1), ("iopub", 2), ("stdin", 3), ("control", 4), ("hb", 5))}})
+                **{f"{name}_port": port for name, port in CHANNELS.items()}})
         elif "failed" in message and not self._started.done():
             self._started.set_exception(LaunchError(f"on {self._placement.host}: {message['failed']}"))
         elif "exited" in message and not self._started.done():
