@@ -149,6 +149,8 @@ class Generation:
         if self.shares_key and takes_ipykernel_options(self.kernel_name):
             # Same key and session id as the proxy: its messages go to the frontend untouched.
             extra = [f"--Session.session={self._session.session}", *self._worker_args]
+        elif self.placement.kind == "ssh":
+            extra = list(self._worker_args)  # an ipykernel by construction: its agent starts it
         env = {**self.placement.environ(), **self.host.environ()}  # never argv: the key is a secret
         try:
             async with asyncio.timeout_at(deadline):

@@ -15,12 +15,12 @@ there costs a pod or a remote process.
 
 from __future__ import annotations
 
-import asyncio
 import os
 import re
 from dataclasses import dataclass
 
-from .launch import WorkerSpecs
+# `parse` runs before the proxy's own imports when `prelaunch` starts an ssh:// worker early: asyncio
+# and jupyter_client (`launch`) are imported by the checks that need them.
 
 KINDS = ("local", "python", "kernelspec", "ssh")
 # What an ssh:// spec may hold: its parts go to ssh's command line and the remote shell as words.
@@ -132,6 +132,8 @@ async def check(placement: Placement, kernelspecs, ssh: tuple[list[str], list[st
 
     `kernelspecs` is a `KernelSpecManager`. Raises `PlacementError` saying what is missing: the
     interpreter, ipykernel in it, or the kernelspec."""
+    import asyncio
+
     if placement.kind == "python":
         path = placement.target
         if not os.path.exists(path):
@@ -157,6 +159,8 @@ async def problem(spec, ssh: tuple[list[str], list[str]] = (["ssh"], [])) -> str
     """Why `spec` is no placement a generation can run on, or None (`host.relocate` asks)."""
     if not isinstance(spec, str):
         return "a placement spec is a string, as in python:/usr/bin/python3"
+    from .launch import WorkerSpecs
+
     try:
         await check(parse(spec), WorkerSpecs(), ssh)
     except PlacementError as e:
@@ -166,6 +170,8 @@ async def problem(spec, ssh: tuple[list[str], list[str]] = (["ssh"], [])) -> str
 
 async def _has_ipykernel(placement: Placement, path: str) -> None:
     """Ask the interpreter itself: `import ipykernel_launcher` without running it (find_spec)."""
+    import asyncio
+
     probe = ("import importlib.util, sys\n"
              "sys.exit(0 if importlib.util.find_spec('ipykernel_launcher') else 3)\n")
     try:

@@ -6,6 +6,10 @@ the first generation's connection file and spawns ipykernel on this interpreter,
 proxy start in parallel. The supervisor then adopts that process through jupyter_client (handing its
 kernel manager a `launch.PrelaunchedProvisioner`), so the generation is managed like any other. A
 configuration that asks for another worker discards it.
+
+With ``--Supervisor.placement=ssh://…`` on the command line (a kernelspec for a remote machine), it
+starts that generation's ssh instead (`EarlySsh`, see `ssh_launch`): connecting, and the remote
+kernel's own start, overlap the proxy's imports as a local worker's start does.
 """
 
 from __future__ import annotations
@@ -38,6 +42,21 @@ def worker_command(connection_file: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "klbr_supervisor.worker", str(os.getpid()), "-f", connection_file, *args]
 
 
+def _end(process: subprocess.Popen, runtime_dir: str) -> None:
+    """End a first worker that is not wanted after all, and leave nothing of it."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    process.wait()
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        if pipe:
+            pipe.close()
+    for name in os.listdir(runtime_dir):
+        os.unlink(os.path.join(runtime_dir, name))
+    os.rmdir(runtime_dir)
+
+
 class Prelaunched:
     def __init__(self, process: subprocess.Popen, runtime_dir: str, connection_file: str, session_id: str,
                  host: dict[str, str]):
@@ -49,16 +68,30 @@ class Prelaunched:
 
     def discard(self) -> None:
         """Not wanted after all (the configuration asks for another worker): end it, leave nothing."""
-        try:
-            os.killpg(self.process.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        self.process.wait()
-        if self.process.stderr:
-            self.process.stderr.close()
-        for name in os.listdir(self.runtime_dir):
-            os.unlink(os.path.join(self.runtime_dir, name))
-        os.rmdir(self.runtime_dir)
+        _end(self.process, self.runtime_dir)
+
+
+class EarlySsh:
+    """The first generation's ssh (``--Supervisor.placement=ssh://…`` on the command line), started
+    with its agent and fresh key before the proxy's imports; `ssh.SshWorker` adopts it."""
+
+    host = None  # no host channel on ssh://
+
+    def __init__(self, launch, process: subprocess.Popen, runtime_dir: str):
+        self.launch = launch  # `ssh_launch.Launch`: what it was started with
+        self.process = process
+        self.runtime_dir = runtime_dir
+        self.session_id = new_id()  # its worker's messages are re-signed: any id will do
+
+    def matches(self, placement, ssh: tuple[list[str], list[str]], link_timeout: float, args) -> bool:
+        """Whether the configuration (config files included) asks for this very launch."""
+        launch = self.launch
+        return (launch.placement == placement and (launch.ssh_command, launch.ssh_options) == tuple(ssh)
+                and launch.link_timeout == link_timeout and launch.args == list(args))
+
+    def discard(self) -> None:
+        """Another first worker is configured: ssh goes, and with its stdin the remote kernel."""
+        _end(self.process, self.runtime_dir)
 
 
 _started: Prelaunched | None = None
@@ -107,11 +140,25 @@ def connection_file_arg(argv: list[str]) -> str | None:
     return None
 
 
+def values(argv: list[str], name: str) -> list[str]:
+    """Every value option `--name` has on the command line (``--name=V`` or ``--name V``), in order."""
+    found = []
+    for i, arg in enumerate(argv):
+        if arg.startswith(f"--{name}="):
+            found.append(arg.split("=", 1)[1])
+        elif arg == f"--{name}" and i + 1 < len(argv):
+            found.append(argv[i + 1])
+    return found
+
+
 def start(argv: list[str]) -> None:
-    """Called first by `python -m klbr_kernel -f FILE`: spawn generation 1 if it will be the default."""
+    """Called first by `python -m klbr_kernel -f FILE`: spawn generation 1 if it will be the default,
+    or its ssh if the command line names an ssh:// placement."""
     global _started
     path = connection_file_arg(argv)
-    if path is None or any(opt in arg for arg in argv for opt in _OTHER_WORKER) or os.environ.get("KLBR_NO_PRELAUNCH"):
+    spec = (values(argv, "Supervisor.placement") or [""])[-1]
+    other = [opt for opt in _OTHER_WORKER if not (opt == "Supervisor.placement" and spec.startswith("ssh://"))]
+    if path is None or any(opt in arg for arg in argv for opt in other) or os.environ.get("KLBR_NO_PRELAUNCH"):
         return
     try:
         with open(path) as f:
@@ -124,6 +171,9 @@ def start(argv: list[str]) -> None:
         runtime = _private_dir()
     except OSError:
         return  # no usable temp dir here: the supervisor starts the worker itself (tempfile looks further)
+    if spec:
+        _started = _start_ssh(argv, spec, info, runtime)
+        return
     worker = {
         "transport": "ipc", "ip": os.path.join(runtime, "gen1"),
         "shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5,
@@ -140,13 +190,30 @@ def start(argv: list[str]) -> None:
     _started = Prelaunched(process, runtime, conn, session_id, host)
 
 
-def current() -> Prelaunched | None:
+def _start_ssh(argv: list[str], spec: str, info: dict, runtime: str) -> EarlySsh | None:
+    from .placement import PlacementError, parse
+    from .ssh_launch import EARLY_GRACE, LINK_TIMEOUT, Launch, split
+
+    try:
+        launch = Launch(parse(spec), split((values(argv, "Supervisor.ssh_command") or ["ssh"])[-1]),
+                        values(argv, "Supervisor.ssh_options"),
+                        float((values(argv, "Supervisor.link_timeout") or [LINK_TIMEOUT])[-1]),
+                        os.path.join(runtime, "ssh1"), os.urandom(32).hex(),
+                        info.get("signature_scheme", "hmac-sha256"), list(NO_IPYTHON_HISTORY))
+        process = launch.spawn(grace=EARLY_GRACE)
+    except (PlacementError, ValueError, OSError):
+        os.rmdir(runtime)
+        return None  # the supervisor starts it, and says what is wrong
+    return EarlySsh(launch, process, runtime)
+
+
+def current() -> Prelaunched | EarlySsh | None:
     """The prelaunched worker, until a generation adopts it."""
     return _started
 
 
-def take() -> Prelaunched:
-    """Hand the prelaunched worker over (once) to the generation that adopts it."""
+def take() -> Prelaunched | EarlySsh:
+    """Hand the prelaunched worker (or ssh) over, once, to the generation that adopts it."""
     global _started
     if _started is None:
         raise RuntimeError("no prelaunched worker to adopt")

@@ -7,6 +7,9 @@ from __future__ import annotations
 from traitlets import Bool, Float, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
+from .prelaunch import NO_IPYTHON_HISTORY
+from .ssh_launch import LINK_TIMEOUT, split
+
 
 class SupervisorSettings(LoggingConfigurable):
     worker_kernel = Unicode(
@@ -40,7 +43,7 @@ class SupervisorSettings(LoggingConfigurable):
              "the cell log is the history, and each cell skips a second SQLite write (~1.5 ms of CPU).",
     )
     link_timeout = Float(
-        15.0, config=True,
+        LINK_TIMEOUT, config=True,
         help="Seconds a worker that does not share the frontend's key (kernelspec: and ssh:// placements) "
              "may be silent, heartbeat included, before its link counts as lost (PlacementLost; 0 = "
              "never); also an ssh:// agent's lease.",
@@ -65,8 +68,11 @@ class SupervisorSettings(LoggingConfigurable):
         return self.standby if self.standby is not None else self.where.warm
 
     @property
+    def worker_args(self) -> tuple[str, ...]:
+        """What klbr's own ipykernel workers are started with, after their connection file."""
+        return () if self.ipython_history else NO_IPYTHON_HISTORY
+
+    @property
     def ssh(self) -> tuple[list[str], list[str]]:
         """ssh's command and the options added to it, as `ssh://` launches and checks take them."""
-        from .ssh import split
-
         return split(self.ssh_command), list(self.ssh_options)

@@ -19,12 +19,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
-import secrets
-import shlex
 import signal
-import subprocess
 from collections.abc import Callable
-from pathlib import Path
 
 from jupyter_client.session import Session
 
@@ -33,36 +29,14 @@ from .launched import LaunchError
 from .pipes import LinePipe
 from .process import WorkerProcess
 from .reaper import Reaper
-from .ssh_agent import CHANNELS  # the ports the agent writes into the worker's connection file
-from .worker import BOOTSTRAP
+from .ssh_launch import CHANNELS, Launch, base_command, remote
 
-AGENT = (Path(__file__).with_name("ssh_agent.py")).read_text()
-# What the login shell on the remote runs: the agent's first line comes on stdin. Plain words and
-# one double-quoted string with no $, backquote, ! or glob in it, which POSIX shells, fish and
-# csh all take as it is.
-REMOTE = '{python} -c "import sys;exec(sys.stdin.readline())"'
 LEASE_EVERY = 1.0  # seconds between lease renewals
 # Seconds the agent gets to report its kernel's end after a kill before ssh itself is killed: then
 # stdin's end (a live link) or the lease (a stalled one) ends the kernel, unconfirmed.
 KILL_BOUND = 1.0
 PROBE = ("import importlib.util, sys\n"
          "sys.exit(0 if importlib.util.find_spec('ipykernel_launcher') else 3)\n")
-
-
-def base_command(placement, ssh_command: list[str], ssh_options: list[str], link_timeout: float) -> list[str]:
-    """ssh with klbr's options, the user's additions and the destination (no remote command yet)."""
-    alive = max(1, round((link_timeout or 15) / 3))
-    argv = [*(ssh_command or ["ssh"]), "-T",
-            "-o", "BatchMode=yes", "-o", "ControlMaster=no", "-o", "ControlPath=none",
-            "-o", f"ServerAliveInterval={alive}", "-o", "ServerAliveCountMax=3", *ssh_options]
-    if placement.port:
-        argv += ["-p", str(placement.port)]
-    return [*argv, placement.destination]
-
-
-def remote(python: str, script: str) -> tuple[str, str]:
-    """The remote command that runs `script`, sent as its first line on stdin."""
-    return REMOTE.format(python=python), f"exec(compile({script!r}, 'klbr', 'exec'))\n"
 
 
 async def check(placement, ssh_command: list[str], ssh_options: list[str], timeout: float = 30) -> str | None:
@@ -107,16 +81,17 @@ class SshWorker:
 
     def __init__(self, placement, *, session: Session, runtime_dir: str, number: int, reaper: Reaper,
                  on_exit: Callable[[int | None], None], log: logging.Logger, ssh_command: list[str],
-                 ssh_options: list[str], link_timeout: float, **_):
+                 ssh_options: list[str], link_timeout: float, early=None, **_):
+        """`early`: the `prelaunch.EarlySsh` whose ssh this generation adopts instead of starting one."""
         self._placement = placement
         self._session = session
-        self._local = os.path.join(runtime_dir, f"ssh{number}")
-        self._remote = f"/tmp/klbr-{secrets.token_hex(8)}"
+        self._early = early
+        self._launch = Launch(placement, ssh_command, ssh_options, link_timeout,
+                              os.path.join(runtime_dir, f"ssh{number}"), session.key.decode("ascii"),
+                              session.signature_scheme, [])
         self._reaper = reaper
         self._on_exit = on_exit
         self._log = log
-        self._argv = base_command(placement, ssh_command, ssh_options, link_timeout)
-        self._lease = link_timeout if link_timeout > 0 else 3600.0
         self._loop = asyncio.get_running_loop()
         self._ssh: WorkerProcess | None = None
         self._pipe: LinePipe | None = None  # to the agent and back, through ssh's stdin and stdout
@@ -129,27 +104,20 @@ class SshWorker:
         self.lost_how = ""  # why an end came with no exit status
 
     async def launch(self, extra_arguments: list[str], env: dict[str, str]) -> dict:
-        forwards = []
-        for port in CHANNELS.values():
-            forwards += ["-L", f"{self._local}-{port}:{self._remote}/k-{port}"]
-        command, first = remote(self._placement.python, AGENT)
-        argv = [*self._argv[:-1], "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindMask=0177",
-                "-o", "StreamLocalBindUnlink=yes", *forwards, self._argv[-1], command]
-        try:
-            process = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                       stderr=subprocess.PIPE, env=dict(os.environ), start_new_session=True)
-        except OSError as e:
-            raise LaunchError(f"{argv[0]} could not be started: {e.strerror or e}") from e
+        if self._early is not None:
+            self._launch, process = self._early.launch, self._early.process
+        else:
+            self._launch.args = list(extra_arguments)
+            try:
+                process = self._launch.spawn()
+            except OSError as e:
+                raise LaunchError(f"{self._launch.argv()[0]} could not be started: {e.strerror or e}") from e
         self._ssh = WorkerProcess(process, process.pid, self._reaper, self._ssh_exited)
-        os.write(process.stdin.fileno(), first.encode())  # into an empty pipe: all of it, at once
         self._pipe = LinePipe(os.dup(process.stdout.fileno()), os.dup(process.stdin.fileno()), self._report)
         process.stdin.close()
         process.stdout.close()
-        self._send(start={"dir": self._remote, "key": self._session.key.decode("ascii"),
-                          "signature_scheme": self._session.signature_scheme, "bootstrap": BOOTSTRAP,
-                          "lease": self._lease})
         # Renewed from now on: a kernel slow to start (a cold disk, a big venv) keeps its lease.
-        self._renew = self._loop.call_later(LEASE_EVERY, self._renew_lease)
+        self._renew_lease()
         return await asyncio.shield(self._started)
 
     async def interrupt(self) -> None:
@@ -170,7 +138,7 @@ class SshWorker:
     async def release(self) -> None:
         for port in CHANNELS.values():  # ssh unlinks its listeners when it exits; one that was killed cannot
             try:
-                os.unlink(f"{self._local}-{port}")
+                os.unlink(f"{self._launch.local}-{port}")
             except OSError:
                 pass
 
@@ -193,9 +161,9 @@ class SshWorker:
 
     def _report(self, message: dict) -> None:
         if "started" in message and not self._started.done():
-            self._started.set_result({
-                "transport": "ipc", "ip": self._local, "key": self._session.key,
-                "signature_scheme": self._session.signature_scheme,
+            self._started.set_result({  # the key it was started with (an early ssh's is its own)
+                "transport": "ipc", "ip": self._launch.local, "key": self._launch.key,
+                "signature_scheme": self._launch.signature_scheme,
                 **{f"{name}_port": port for name, port in CHANNELS.items()}})
         elif "failed" in message and not self._started.done():
             self._started.set_exception(LaunchError(f"on {self._placement.host}: {message['failed']}"))
@@ -227,7 +195,3 @@ class SshWorker:
             self._reported = True
             self._on_exit(status)
 
-
-def split(command: str) -> list[str]:
-    """`Supervisor.ssh_command` as words."""
-    return shlex.split(command) if command else ["ssh"]

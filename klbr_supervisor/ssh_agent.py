@@ -1,9 +1,10 @@
 """The agent an ``ssh://`` generation runs on the remote host: standard library only.
 
-Its source is sent over ssh's stdin, as one line the remote command executes (see `ssh.REMOTE`), so
-nothing of klbr needs to be installed there and nothing secret is in any command line. Then, on
-stdin, JSON lines: ``{"start": {...}}`` (its directory, the fresh key, the worker's bootstrap, the
-lease), later ``{"lease": 1}`` (renewed every second) and ``{"signal": N}``. On stdout:
+Its source is sent over ssh's stdin, as one line the remote command executes (see
+`ssh_launch.REMOTE`), so nothing of klbr needs to be installed there and nothing secret is in any
+command line. Then, on stdin, JSON lines: ``{"start": {...}}`` (its directory, the fresh key, the
+worker's bootstrap and arguments, the channels' ports, the lease and the grace before its first
+renewal), later ``{"lease": 1}`` (renewed every second) and ``{"signal": N}``. On stdout:
 ``{"started": PID}`` once the kernel's sockets exist, and ``{"exited": STATUS}`` if it exits;
 ``{"failed": TEXT}`` instead when the interpreter has no ipykernel.
 
@@ -23,9 +24,6 @@ import subprocess
 import sys
 import threading
 import time
-
-CHANNELS = {"shell": 1, "iopub": 2, "stdin": 3, "control": 4, "hb": 5}
-
 
 def _say(**message):
     sys.stdout.write(json.dumps(message) + "\n")
@@ -64,19 +62,19 @@ def main():
         connection = os.path.join(where, "kernel.json")
         info = {"transport": "ipc", "ip": os.path.join(where, "k"), "key": start["key"],
                 "signature_scheme": start["signature_scheme"], "kernel_name": "klbr-ssh"}
-        info.update({f"{name}_port": port for name, port in CHANNELS.items()})
+        info.update({f"{name}_port": port for name, port in start["channels"].items()})
         fd = os.open(connection, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(info, f)
-        proc = subprocess.Popen([sys.executable, "-c", start["bootstrap"], "-f", connection],
+        proc = subprocess.Popen([sys.executable, "-c", start["bootstrap"], "-f", connection, *start["args"]],
                                 stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
                                 start_new_session=True, cwd=os.path.expanduser("~"),
                                 # its parent poller ends it if the agent is gone, as a frontend's would
                                 env={**os.environ, "JPY_PARENT_PID": str(os.getpid())})
         threading.Thread(target=lambda: events.put(("exit", proc.wait())), daemon=True).start()
-        sockets = [f"{info['ip']}-{port}" for port in CHANNELS.values()]
+        sockets = [f"{info['ip']}-{port}" for port in start["channels"].values()]
         lease = float(start["lease"])
-        deadline = time.monotonic() + lease
+        deadline = time.monotonic() + max(lease, float(start["grace"]))  # the first renewal may come late
         started = False
         while True:
             if not started and all(os.path.exists(s) for s in sockets):

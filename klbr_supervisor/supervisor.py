@@ -84,11 +84,17 @@ class Supervisor(SupervisorSettings):
         self._zmq = zmq.Context.instance()
         self._reaper: Reaper | None = None
         worker = prelaunch.current()
-        if worker is not None and (self.worker_kernel or self.where.kind != "local" or self.ipython_history
-                                   or worker.session_id != session.session):
+        if isinstance(worker, prelaunch.EarlySsh):
+            wanted = worker.matches(self.where, self.ssh, self.link_timeout, self.worker_args)
+        else:
+            wanted = worker is not None and not (self.worker_kernel or self.where.kind != "local"
+                                                 or self.ipython_history or worker.session_id != session.session)
+        if worker is not None and not wanted:
             worker.discard()  # the configuration (a config file) asks for another first worker
-            worker = None
-        self._first_kernel = PRELAUNCHED if worker is not None else kernel_name_for(self.where, self.worker_kernel)
+        worker = worker if wanted else None
+        self._early_ssh = prelaunch.take() if isinstance(worker, prelaunch.EarlySsh) else None
+        self._first_kernel = (PRELAUNCHED if worker is not None and not self._early_ssh
+                              else kernel_name_for(self.where, self.worker_kernel))
         self._runtime_dir = worker.runtime_dir if worker is not None else tempfile.mkdtemp(prefix="klbr-")
         self._first_host = worker.host if worker is not None else None
 
@@ -112,6 +118,7 @@ class Supervisor(SupervisorSettings):
 
     def _launch(self, *, spare: bool) -> Generation:
         number = next(self._numbers)
+        early, self._early_ssh = self._early_ssh, None  # generation 1 adopts the ssh started early
         host = self._first_host if number == 1 and self._first_host else prelaunch.host_environ(self._runtime_dir)
         where = self.where
         gen = Generation(
@@ -119,7 +126,7 @@ class Supervisor(SupervisorSettings):
             kernel_name=self._first_kernel if number == 1 else kernel_name_for(where, self.worker_kernel),
             placement=where,
             session=self.session.clone(),
-            worker_args=() if self.ipython_history else prelaunch.NO_IPYTHON_HISTORY,
+            worker_args=self.worker_args,
             runtime_dir=self._runtime_dir,
             zmq_context=self._zmq,
             reaper=self._reaper,
@@ -128,7 +135,7 @@ class Supervisor(SupervisorSettings):
             log=self.log,
             host=Credentials.from_environ(host),
             link_timeout=self.link_timeout,
-            launch_options={"ssh_command": self.ssh[0], "ssh_options": self.ssh[1]},
+            launch_options={"ssh_command": self.ssh[0], "ssh_options": self.ssh[1], "early": early},
         )
         self.host.admit(gen, gen.host)
         self._live.add(gen)

@@ -48,6 +48,8 @@ def on_ssh(tmp_path, sshd, *options, placement: str = SPEC):
 def test_cells_input_interrupts_and_a_big_output_run_on_the_remote(tmp_path, sshd):
     with on_ssh(tmp_path, sshd) as (km, kc):
         assert value(kc, "__import__('sys').executable") == str(REMOTE_PYTHON)
+        # Started as local workers are: no IPython history database (the cell log is the history).
+        assert value(kc, "get_ipython().history_manager.enabled") is False
         reply, outputs = execute(kc, "print('there'); 6 * 7")
         assert stream_text(outputs) == "there\n" and results(outputs) == ["42"]
         # Its own key, written by the agent into a 0600 file in a 0700 directory of its own.
@@ -124,6 +126,32 @@ def test_a_remote_kernel_that_exits_is_worker_lost_and_replaced_on_the_same_host
         assert value(kc, "6 * 7", timeout=60) == 42
         assert worker_pid(kc) != first
         assert value(kc, "__import__('sys').executable") == str(REMOTE_PYTHON)
+        assert value(kc, "get_ipython().history_manager.enabled") is False  # as generation 1
+
+
+def _remote_kernels(flag: bytes) -> list[int]:
+    """Remote kernels (here: processes of REMOTE_PYTHON with a connection file) started with `flag`."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if words[0] == bytes(REMOTE_PYTHON) and b"-f" in words and flag in words:
+            found.append(int(pid))
+    return found
+
+
+def test_a_config_file_that_asks_for_another_first_worker_is_honoured_and_the_early_ssh_leaves_nothing(tmp_path, sshd):
+    """The command line's ssh:// starts its ssh before the proxy has read its config files; one that
+    asks for something else (here IPython's history) replaces that launch, and its remote kernel ends."""
+    (tmp_path / "jupyter_klbr_config.py").write_text("c.Supervisor.ipython_history = True\n")
+    with start_kernel(extra_arguments=[f"--Supervisor.placement={SPEC}", f"--Supervisor.ssh_options=-F{sshd.config}"],
+                      env={"KLBR_DB": str(tmp_path / "log.sqlite3"), "JUPYTER_CONFIG_DIR": str(tmp_path)}) as (km, kc):
+        assert value(kc, "get_ipython().history_manager.enabled") is True
+        assert value(kc, "__import__('sys').executable") == str(REMOTE_PYTHON)
+        until(lambda: not _remote_kernels(b"--HistoryManager.enabled=False"), 10, "the early launch's kernel ends")
+        assert len(sshd.sessions()) == 1
 
 
 def test_a_killed_kernel_process_leaves_no_remote_kernel_or_directory(tmp_path, sshd):

@@ -1,0 +1,97 @@
+"""The ssh process of an ``ssh://`` generation as it is started: its command line and what goes first
+on its stdin (the agent, then its start message with the generation's fresh key).
+
+Standard library only: `prelaunch` starts the first generation's ssh before the proxy's own
+imports, when the kernel's command line names an ``ssh://`` placement, so the connection and the
+remote kernel's start overlap them; `ssh.SshWorker` starts every other one, and adopts that one.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+
+
+with open(os.path.join(os.path.dirname(__file__), "ssh_agent.py")) as _f:
+    AGENT = _f.read()
+# What the login shell on the remote runs: the agent's first line comes on stdin. Plain words and
+# one double-quoted string with no $, backquote, ! or glob in it, which POSIX shells, fish and
+# csh all take as it is.
+REMOTE = '{python} -c "import sys;exec(sys.stdin.readline())"'
+# The ports the agent writes into the worker's connection file: its ipc sockets are ``k-{port}``.
+CHANNELS = {"shell": 1, "iopub": 2, "stdin": 3, "control": 4, "hb": 5}
+LINK_TIMEOUT = 15.0  # `Supervisor.link_timeout`'s default
+# Seconds an early ssh's agent waits for its first lease renewal: the proxy renews it once its
+# imports are done, and a proxy that dies before that closes ssh's stdin, which ends the kernel.
+EARLY_GRACE = 60.0
+
+
+def split(command: str) -> list[str]:
+    """`Supervisor.ssh_command` as words."""
+    import shlex
+
+    return shlex.split(command) if command else ["ssh"]
+
+
+def base_command(placement, ssh_command: list[str], ssh_options: list[str], link_timeout: float) -> list[str]:
+    """ssh with klbr's options, the user's additions and the destination (no remote command yet)."""
+    alive = max(1, round((link_timeout or LINK_TIMEOUT) / 3))
+    argv = [*(ssh_command or ["ssh"]), "-T",
+            "-o", "BatchMode=yes", "-o", "ControlMaster=no", "-o", "ControlPath=none",
+            "-o", f"ServerAliveInterval={alive}", "-o", "ServerAliveCountMax=3", *ssh_options]
+    if placement.port:
+        argv += ["-p", str(placement.port)]
+    return [*argv, placement.destination]
+
+
+def remote(python: str, script: str) -> tuple[str, str]:
+    """The remote command that runs `script`, sent as its first line on stdin."""
+    return REMOTE.format(python=python), f"exec(compile({script!r}, 'klbr', 'exec'))\n"
+
+
+def lease_of(link_timeout: float) -> float:
+    """How long the agent keeps its kernel without a renewal: `link_timeout` (0: no limit)."""
+    return link_timeout if link_timeout > 0 else 3600.0
+
+
+class Launch:
+    """What one generation's ssh is started with; `spawn` starts it."""
+
+    def __init__(self, placement, ssh_command: list[str], ssh_options: list[str], link_timeout: float,
+                 local: str, key: str, signature_scheme: str, args: list[str]):
+        self.placement = placement
+        self.ssh_command = list(ssh_command)
+        self.ssh_options = list(ssh_options)
+        self.link_timeout = link_timeout
+        self.local = local  # the forwarded sockets' path here, ``{local}-{port}``
+        self.remote_dir = f"/tmp/klbr-{os.urandom(8).hex()}"
+        self.key = key
+        self.signature_scheme = signature_scheme
+        self.args = list(args)  # ipykernel's, after the connection file
+
+    def argv(self) -> list[str]:
+        base = base_command(self.placement, self.ssh_command, self.ssh_options, self.link_timeout)
+        forwards = []
+        for port in CHANNELS.values():
+            forwards += ["-L", f"{self.local}-{port}:{self.remote_dir}/k-{port}"]
+        return [*base[:-1], "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindMask=0177",
+                "-o", "StreamLocalBindUnlink=yes", *forwards, base[-1], remote(self.placement.python, AGENT)[0]]
+
+    def spawn(self, grace: float = 0.0) -> subprocess.Popen:
+        """Start ssh in a session of its own (what it starts goes with it) and give the agent its
+        start; raises OSError when ssh cannot be run. `grace`: seconds until the first renewal is due,
+        if longer than the lease."""
+        process = subprocess.Popen(self.argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, env=dict(os.environ), start_new_session=True)
+        from .worker import BOOTSTRAP  # imported while ssh connects: `deathsig` costs milliseconds
+
+        start = {"dir": self.remote_dir, "key": self.key, "signature_scheme": self.signature_scheme,
+                 "bootstrap": BOOTSTRAP, "args": self.args, "channels": CHANNELS,
+                 "lease": lease_of(self.link_timeout), "grace": grace}
+        first = remote(self.placement.python, AGENT)[1] + json.dumps({"start": start}) + "\n"
+        try:
+            os.write(process.stdin.fileno(), first.encode())  # into an empty pipe: all of it, at once
+        except BrokenPipeError:
+            pass  # ssh has ended already: its exit status and stderr say why
+        return process
