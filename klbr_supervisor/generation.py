@@ -145,12 +145,11 @@ class Generation:
             context=zmq.asyncio.Context.shadow(self._zmq.underlying),
             runtime_dir=self._runtime_dir, number=self.number, reaper=self._reaper,
             on_exit=self._process_exited, log=self.log)
-        extra = []
+        # Same key and session id as the proxy: its messages go to the frontend untouched. An ssh://
+        # worker is an ipykernel too (its agent starts it), with its own key and session.
+        extra = list(self._worker_args) if self.placement.kind == "ssh" else []
         if self.shares_key and takes_ipykernel_options(self.kernel_name):
-            # Same key and session id as the proxy: its messages go to the frontend untouched.
             extra = [f"--Session.session={self._session.session}", *self._worker_args]
-        elif self.placement.kind == "ssh":
-            extra = list(self._worker_args)  # an ipykernel by construction: its agent starts it
         env = {**self.placement.environ(), **self.host.environ()}  # never argv: the key is a secret
         try:
             async with asyncio.timeout_at(deadline):
