@@ -183,8 +183,10 @@ class InstallCommand(KlbrCommand):
     prefix = Unicode("", config=True, help="Install under this prefix.")
     kernel_name = Unicode("klbr", config=True, help="The kernelspec's name.")
     display_name = Unicode("", config=True, help='The display name (default: "Python 3 (klbr)").')
+    placement = Unicode("", config=True, help="Where its sessions run (Supervisor.placement), as "
+                        "ssh://gpu-box/usr/bin/python3; written into the kernelspec's command line.")
     aliases = {**base_aliases, "prefix": "InstallCommand.prefix", "name": "InstallCommand.kernel_name",
-               "display-name": "InstallCommand.display_name"}
+               "display-name": "InstallCommand.display_name", "placement": "InstallCommand.placement"}
     flags = {
         **base_flags,
         "user": ({"InstallCommand": {"user": True}}, "Install for the current user."),
@@ -196,8 +198,16 @@ class InstallCommand(KlbrCommand):
 
         if sum([self.user, self.sys_prefix, bool(self.prefix)]) > 1:
             self._usage("--user, --sys-prefix and --prefix exclude each other")
+        if self.placement:
+            from klbr_supervisor.placement import PlacementError, parse
+
+            try:
+                parse(self.placement)
+            except PlacementError as e:
+                self._usage(str(e))
         prefix = sys.prefix if self.sys_prefix else (self.prefix or None)
-        dest = install(user=self.user, prefix=prefix, name=self.kernel_name, display_name=self.display_name or None)
+        dest = install(user=self.user, prefix=prefix, name=self.kernel_name, display_name=self.display_name or None,
+                       placement=self.placement)
         print(f"Installed kernelspec {self.kernel_name} in {dest}")
 
 

@@ -13,9 +13,12 @@ from jupyter_client.kernelspec import KernelSpecManager
 LOGOS = ("logo-32x32.png", "logo-64x64.png")
 
 
-def kernel_json(display_name: str = "Python 3 (klbr)") -> dict:
+def kernel_json(display_name: str = "Python 3 (klbr)", placement: str = "") -> dict:
+    """`placement`, if any, goes on the kernel's command line: an ssh:// one then connects while the
+    kernel starts (see `klbr_supervisor.prelaunch`)."""
+    where = [f"--Supervisor.placement={placement}"] if placement else []
     return {
-        "argv": [sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}"],
+        "argv": [sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}", *where],
         "display_name": display_name,
         "language": "python",
         "interrupt_mode": "message",
@@ -36,12 +39,13 @@ def _shipped_logos() -> list[str]:
 
 
 def install(
-    *, user: bool = False, prefix: str | None = None, name: str = "klbr", display_name: str | None = None
+    *, user: bool = False, prefix: str | None = None, name: str = "klbr", display_name: str | None = None,
+    placement: str = "",
 ) -> str:
     """Write the kernelspec with this interpreter's absolute path; returns where it went."""
     with tempfile.TemporaryDirectory() as td:
         with open(os.path.join(td, "kernel.json"), "w") as f:
-            json.dump(kernel_json(display_name or "Python 3 (klbr)"), f, indent=2)
+            json.dump(kernel_json(display_name or "Python 3 (klbr)", placement), f, indent=2)
         for logo in _shipped_logos():
             shutil.copy(logo, td)
         return KernelSpecManager().install_kernel_spec(td, name, user=user, prefix=prefix)

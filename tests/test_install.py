@@ -39,6 +39,20 @@ def test_install_writes_an_absolute_interpreter_path(tmp_path):
     assert (tmp_path / "share/jupyter/kernels/klbr-test/logo-64x64.png").exists()
 
 
+def test_install_can_name_a_placement_and_refuses_one_that_is_no_spec(tmp_path):
+    """A kernelspec for a remote machine: its placement on the kernel's command line (where an
+    ssh:// one connects while the kernel starts)."""
+    spec = "ssh://me@gpu-box:2222/opt/venv/bin/python"
+    subprocess.run([sys.executable, "-m", "klbr_kernel", "install", "--prefix", str(tmp_path), "--name", "gpu-box",
+                    f"--placement={spec}"], check=True)
+    argv = json.loads((tmp_path / "share/jupyter/kernels/gpu-box/kernel.json").read_text())["argv"]
+    assert argv[-1] == f"--Supervisor.placement={spec}"
+    bad = subprocess.run([sys.executable, "-m", "klbr_kernel", "install", "--prefix", str(tmp_path), "--name", "bad",
+                          "--placement=ssh://-oProxyCommand=x/usr/bin/python3"], capture_output=True, text=True)
+    assert bad.returncode == 2 and "is not a host name ssh can be given" in bad.stderr, bad.stderr
+    assert not (tmp_path / "share/jupyter/kernels/bad").exists()
+
+
 def test_jupyter_lists_the_kernel():
     out = subprocess.run([sys.executable, "-m", "jupyter", "kernelspec", "list", "--json"], check=True,
                          capture_output=True, text=True).stdout
