@@ -21,7 +21,7 @@ from klbr_supervisor import prelaunch
 from klbr_supervisor.store import Store
 from klbr_supervisor.supervisor import Supervisor
 
-from . import early
+from . import early, encryption
 from ._version import __version__
 from .proxy import Proxy
 
@@ -50,8 +50,11 @@ class KlbrKernelApp(JupyterApp):
             self.exit(2)
         with open(self.connection_file) as f:
             info = json.load(f)
-        problem = prelaunch.signature_problem(info)
+        problem = prelaunch.signature_problem(info) or encryption.problem(info)
         if problem is not None:
+            worker = prelaunch.current()
+            if worker is not None:  # spawned before the file was checked for encryption
+                worker.discard()
             self.log.critical("klbr kernel: %s: %s; refusing to start", self.connection_file, problem)
             self.exit(2)
         if not info.get("key"):

@@ -31,6 +31,7 @@ import zmq
 from klbr_supervisor import prelaunch
 from klbr_supervisor.protocol import DELIM
 
+from . import encryption
 from .heartbeat import Heartbeat
 from .kernel_info import PROTOCOL_VERSION, kernel_info_content
 
@@ -98,13 +99,16 @@ class Subscriptions:
 
 
 def bind(info: dict, context: zmq.Context) -> tuple[dict[str, zmq.Socket], Heartbeat]:
-    """Bind the frontend's four channels and start answering heartbeats."""
+    """Bind the frontend's four channels and start answering heartbeats; all five are CURVE
+    servers when the connection file carries curve keys (see `encryption`)."""
+    server_keys = encryption.keys(info)
     sockets: dict[str, zmq.Socket] = {}
     try:
         for name, kind in _KINDS.items():
             sock = context.socket(kind)
             sockets[name] = sock
             sock.linger = 1000
+            encryption.serve(sock, server_keys)
             if kind == zmq.ROUTER:
                 sock.router_handover = 1  # a reconnecting client takes over its identity
                 if name in ("shell", "stdin"):
@@ -122,7 +126,7 @@ def bind(info: dict, context: zmq.Context) -> tuple[dict[str, zmq.Socket], Heart
                 sock.setsockopt(zmq.XPUB_NODROP, 1)
                 sock.maxmsgsize = SUBSCRIPTION_MAX
             sock.bind(channel_url(info, name))
-        heartbeat = Heartbeat(context, channel_url(info, "hb"))
+        heartbeat = Heartbeat(context, channel_url(info, "hb"), server_keys)
     except BaseException:
         for sock in sockets.values():
             sock.close(linger=0)
@@ -273,7 +277,7 @@ def start(argv: list[str]) -> None:
     try:
         with open(path) as f:
             info = json.load(f)
-        if prelaunch.signature_problem(info):
+        if prelaunch.signature_problem(info) or encryption.problem(info):
             return  # the app refuses to start, and says why
         context = zmq.Context.instance()
         sockets, heartbeat = bind(info, context)

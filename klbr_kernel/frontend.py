@@ -21,7 +21,7 @@ from jupyter_client.session import Session
 from klbr_supervisor.sockets import Channel
 from klbr_supervisor.wire import MalformedMessage, Wire
 
-from . import early
+from . import early, encryption
 from .drops import Drops
 from .heartbeat import Heartbeat
 from .outbox import Outbox
@@ -38,6 +38,7 @@ class Frontend:
     ):
         """`on_message(channel, wire)` receives every verified shell, control and stdin message."""
         self.info = info
+        self.server_keys = encryption.keys(info)  # None: the frontend link is plaintext
         self.session = session
         self._on_message = on_message
         self._context = zmq.Context.instance()

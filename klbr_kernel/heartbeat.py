@@ -10,13 +10,17 @@ import threading
 
 import zmq
 
+from . import encryption
+
 
 class Heartbeat(threading.Thread):
-    def __init__(self, context: zmq.Context, url: str):
+    def __init__(self, context: zmq.Context, url: str, server_keys: tuple[bytes, bytes] | None = None):
+        """`server_keys`: the connection file's curve keys, which make the socket a CURVE server."""
         super().__init__(name="klbr-heartbeat", daemon=True)
         self._context = context
         self._socket = context.socket(zmq.ROUTER)
         self._socket.linger = 0
+        encryption.serve(self._socket, server_keys)
         self._socket.bind(url)
         self._control_url = f"inproc://klbr-heartbeat-{id(self)}"
         self._control = context.socket(zmq.PAIR)

@@ -8,18 +8,26 @@ import shutil
 import sys
 import tempfile
 
+import zmq
 from jupyter_client.kernelspec import KernelSpecManager
 
 LOGOS = ("logo-32x32.png", "logo-64x64.png")
 
 
 def kernel_json(display_name: str = "Python 3 (klbr)") -> dict:
+    """The spec `install` writes. It offers CurveZMQ (jupyter_client's `transport_encryption` then
+    provisions keys) only when this interpreter's pyzmq has CURVE: the spec runs this interpreter,
+    so what is checked here is what the kernel will have. (The spec the wheel ships, for an
+    interpreter not known when it is built, offers no encryption.)"""
+    metadata: dict = {"debugger": True}
+    if zmq.has("curve"):
+        metadata["supported_encryption"] = ["curve"]
     return {
         "argv": [sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}"],
         "display_name": display_name,
         "language": "python",
         "interrupt_mode": "message",
-        "metadata": {"debugger": True},
+        "metadata": metadata,
     }
 
 
