@@ -12,6 +12,10 @@ import zmq
 
 from . import encryption
 
+# The longest ping echoed, in bytes; a longer one disconnects its sender instead of being held and
+# sent back whole. Clients ping with a few bytes (jupyter_client: b"ping").
+PING_MAX = 4096
+
 
 class Heartbeat(threading.Thread):
     def __init__(self, context: zmq.Context, url: str, server_keys: tuple[bytes, bytes] | None = None):
@@ -20,6 +24,7 @@ class Heartbeat(threading.Thread):
         self._context = context
         self._socket = context.socket(zmq.ROUTER)
         self._socket.linger = 0
+        self._socket.maxmsgsize = PING_MAX
         encryption.serve(self._socket, server_keys)
         self._socket.bind(url)
         self._control_url = f"inproc://klbr-heartbeat-{id(self)}"
