@@ -49,7 +49,6 @@ SUBSCRIPTION_MAX = 4096
 # checks each frame's size before it allocates it and disconnects a sender whose frame is longer.
 MAX_MESSAGE_SIZE = 256 << 20
 _SIZE_OPTION = "KlbrKernelApp.max_message_size"
-_ROUTERS = ("shell", "control", "stdin")
 _KINDS = {"shell": zmq.ROUTER, "control": zmq.ROUTER, "stdin": zmq.ROUTER, "iopub": zmq.XPUB}
 
 
