@@ -176,7 +176,7 @@ class Answers:
                         await self.proxy.replay.run(req, replay_spec(magic.args))
                         continue
                     text = await magic_output(magic, self.proxy.supervisor, self.proxy.cell_log,
-                                              self.proxy.frontend.drops)
+                                              self.proxy.frontend)
                     if text and not req.silent:
                         self.output(req, "stream", {"name": "stdout", "text": text})
             except ValueError as e:  # MagicError, and a bad argument

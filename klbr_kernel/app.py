@@ -15,13 +15,13 @@ import signal
 
 from jupyter_client.session import Session
 from jupyter_core.application import JupyterApp, base_aliases
-from traitlets import Unicode, default
+from traitlets import Int, TraitError, Unicode, default, validate
 
 from klbr_supervisor import prelaunch
 from klbr_supervisor.store import Store
 from klbr_supervisor.supervisor import Supervisor
 
-from . import early
+from . import early, encryption
 from ._version import __version__
 from .proxy import Proxy
 
@@ -33,8 +33,20 @@ class KlbrKernelApp(JupyterApp):
     classes = [Supervisor, Store]
 
     connection_file = Unicode("", config=True, help="The connection file the frontend wrote.")
+    max_message_size = Int(
+        early.MAX_MESSAGE_SIZE, config=True,
+        help="The longest frame, in bytes, the kernel takes on shell, control and stdin (an execute's "
+             "code or content is one frame); libzmq disconnects a sender whose frame is longer, and its "
+             "request is never answered. -1: no limit. (iopub and the heartbeat take a few KiB.)")
 
     aliases = {**base_aliases, "f": "KlbrKernelApp.connection_file"}
+
+    @validate("max_message_size")
+    def _valid_size(self, proposal) -> int:
+        value = proposal["value"]
+        if value != -1 and value < 1 << 20:
+            raise TraitError(f"max_message_size must be at least 1 MiB (1048576), or -1 for no limit; got {value}")
+        return value
 
     @default("log_level")
     def _log_level_default(self) -> int:
@@ -50,8 +62,11 @@ class KlbrKernelApp(JupyterApp):
             self.exit(2)
         with open(self.connection_file) as f:
             info = json.load(f)
-        problem = prelaunch.signature_problem(info)
+        problem = prelaunch.signature_problem(info) or encryption.problem(info)
         if problem is not None:
+            worker = prelaunch.current()
+            if worker is not None:  # spawned before the file was checked for encryption
+                worker.discard()
             self.log.critical("klbr kernel: %s: %s; refusing to start", self.connection_file, problem)
             self.exit(2)
         if not info.get("key"):
@@ -73,7 +88,8 @@ class KlbrKernelApp(JupyterApp):
 
     async def _serve(self, info: dict, session: Session) -> None:
         # jupyter_server names the notebook a kernel serves; the cell log keys history by it.
-        proxy = Proxy(info, session, parent=self, notebook=os.environ.get("JPY_SESSION_NAME") or None)
+        proxy = Proxy(info, session, parent=self, notebook=os.environ.get("JPY_SESSION_NAME") or None,
+                      max_message_size=self.max_message_size)
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, proxy.request_shutdown)
         loop.add_signal_handler(signal.SIGINT, proxy.request_interrupt)

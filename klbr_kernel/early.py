@@ -31,6 +31,7 @@ import zmq
 from klbr_supervisor import prelaunch
 from klbr_supervisor.protocol import DELIM
 
+from . import encryption
 from .heartbeat import Heartbeat
 from .kernel_info import PROTOCOL_VERSION, kernel_info_content
 
@@ -43,6 +44,11 @@ IOPUB_QUEUE = 200
 # trie node per byte: one 64 MiB subscription cost the kernel 3.4 GiB. Jupyter clients subscribe to
 # everything (an empty topic) or to a short prefix.
 SUBSCRIPTION_MAX = 4096
+# The longest frame taken on shell, control and stdin unless `KlbrKernelApp.max_message_size` says
+# otherwise: well above the 64 MiB content a frontend may legally send (issue 15, item 3). libzmq
+# checks each frame's size before it allocates it and disconnects a sender whose frame is longer.
+MAX_MESSAGE_SIZE = 256 << 20
+_SIZE_OPTION = "KlbrKernelApp.max_message_size"
 _KINDS = {"shell": zmq.ROUTER, "control": zmq.ROUTER, "stdin": zmq.ROUTER, "iopub": zmq.XPUB}
 
 
@@ -97,20 +103,45 @@ class Subscriptions:
         return True
 
 
-def bind(info: dict, context: zmq.Context) -> tuple[dict[str, zmq.Socket], Heartbeat]:
-    """Bind the frontend's four channels and start answering heartbeats."""
+def max_message_size(argv: list[str]) -> int:
+    """The cap on frames the command line sets (`--KlbrKernelApp.max_message_size=N`), else the
+    default. (A value that is not an integer is the app's to report.)
+
+    Only the command line: config files are read by the app, after these sockets are bound, and
+    libzmq copies a socket's options into its listener when it binds. Binding again then would
+    drop what is in flight both ways (a reply sent while its frontend reconnects is lost), so the
+    `Frontend` only warns about a config file's other value."""
+    for i, arg in enumerate(argv):
+        if arg.lstrip("-").startswith(_SIZE_OPTION):
+            value = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
+            try:
+                return int(value)
+            except ValueError:
+                break
+    return MAX_MESSAGE_SIZE
+
+
+def bind(info: dict, context: zmq.Context, max_message_size: int = MAX_MESSAGE_SIZE
+         ) -> tuple[dict[str, zmq.Socket], Heartbeat]:
+    """Bind the frontend's four channels and start answering heartbeats; all five are CURVE
+    servers when the connection file carries curve keys (see `encryption`). Every socket takes
+    frames up to a size (a longer one disconnects its sender): `max_message_size` on shell,
+    control and stdin, a few KiB on iopub and the heartbeat."""
+    server_keys = encryption.keys(info)
     sockets: dict[str, zmq.Socket] = {}
     try:
         for name, kind in _KINDS.items():
             sock = context.socket(kind)
             sockets[name] = sock
             sock.linger = 1000
+            encryption.serve(sock, server_keys)
             if kind == zmq.ROUTER:
                 sock.router_handover = 1  # a reconnecting client takes over its identity
                 if name in ("shell", "stdin"):
                     # Say when the frontend is not there: an input_request must wait for it (see
                     # `stdin`), and a reply it cannot get means its outputs reached no one.
                     sock.router_mandatory = 1
+                sock.maxmsgsize = max_message_size
             else:
                 # Report every subscription and unsubscription, not only the first and last per
                 # topic: a frontend that connects while another is attached still gets its
@@ -122,7 +153,7 @@ def bind(info: dict, context: zmq.Context) -> tuple[dict[str, zmq.Socket], Heart
                 sock.setsockopt(zmq.XPUB_NODROP, 1)
                 sock.maxmsgsize = SUBSCRIPTION_MAX
             sock.bind(channel_url(info, name))
-        heartbeat = Heartbeat(context, channel_url(info, "hb"))
+        heartbeat = Heartbeat(context, channel_url(info, "hb"), server_keys)
     except BaseException:
         for sock in sockets.values():
             sock.close(linger=0)
@@ -134,8 +165,10 @@ def bind(info: dict, context: zmq.Context) -> tuple[dict[str, zmq.Socket], Heart
 class Bound:
     """What the `Frontend` takes over: the sockets, the heartbeat, and what the thread read."""
 
-    def __init__(self, sockets: dict[str, zmq.Socket], heartbeat: Heartbeat, session_id: str):
+    def __init__(self, sockets: dict[str, zmq.Socket], heartbeat: Heartbeat, session_id: str,
+                 max_message_size: int):
         self.sockets = sockets
+        self.max_message_size = max_message_size  # what shell, control and stdin were bound with
         self.heartbeat = heartbeat
         self.session_id = session_id
         self.kept: list[tuple[str, list[zmq.Frame]]] = []  # (channel, frames), in arrival order
@@ -273,15 +306,16 @@ def start(argv: list[str]) -> None:
     try:
         with open(path) as f:
             info = json.load(f)
-        if prelaunch.signature_problem(info):
+        if prelaunch.signature_problem(info) or encryption.problem(info):
             return  # the app refuses to start, and says why
         context = zmq.Context.instance()
-        sockets, heartbeat = bind(info, context)
+        size = max_message_size(argv)
+        sockets, heartbeat = bind(info, context, size)
     except (OSError, TypeError, ValueError, KeyError, zmq.ZMQError):  # no file, bad JSON, port taken
         return
     worker = prelaunch.current()
     # The session the frontend will see throughout: the prelaunched worker already speaks as it.
-    _bound = Bound(sockets, heartbeat, worker.session_id if worker else prelaunch.new_id())
+    _bound = Bound(sockets, heartbeat, worker.session_id if worker else prelaunch.new_id(), size)
     _responder = _Responder(_bound, info, context)
     _responder.start()
 

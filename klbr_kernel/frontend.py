@@ -21,7 +21,7 @@ from jupyter_client.session import Session
 from klbr_supervisor.sockets import Channel
 from klbr_supervisor.wire import MalformedMessage, Wire
 
-from . import early
+from . import early, encryption
 from .drops import Drops
 from .heartbeat import Heartbeat
 from .outbox import Outbox
@@ -35,9 +35,13 @@ class Frontend:
         info: dict,
         session: Session,
         on_message: Callable[[str, Wire], None],
+        max_message_size: int = early.MAX_MESSAGE_SIZE,
     ):
-        """`on_message(channel, wire)` receives every verified shell, control and stdin message."""
+        """`on_message(channel, wire)` receives every verified shell, control and stdin message;
+        `max_message_size`: the longest frame shell, control and stdin take (see `early.bind`)."""
         self.info = info
+        self.max_message_size = max_message_size
+        self.server_keys = encryption.keys(info)  # None: the frontend link is plaintext
         self.session = session
         self._on_message = on_message
         self._context = zmq.Context.instance()
@@ -53,9 +57,14 @@ class Frontend:
         """Take over the sockets bound at start-up (see `early`), or bind them now."""
         bound = early.take()
         if bound is None:
-            sockets, self._heartbeat = early.bind(self.info, self._context)
+            sockets, self._heartbeat = early.bind(self.info, self._context, self.max_message_size)
         else:
             sockets, self._heartbeat = bound.sockets, bound.heartbeat
+            if bound.max_message_size != self.max_message_size:  # set by a config file (see early)
+                log.warning("KlbrKernelApp.max_message_size = %d from a config file is not applied: it takes "
+                            "effect on the kernel's command line (the kernelspec's argv). Shell, control and "
+                            "stdin take frames up to %d bytes.", self.max_message_size, bound.max_message_size)
+                self.max_message_size = bound.max_message_size
             self._subscriptions = bound.subscriptions
             for signature in bound.answered:
                 self._remember(signature)

@@ -10,13 +10,22 @@ import threading
 
 import zmq
 
+from . import encryption
+
+# The longest ping echoed, in bytes; a longer one disconnects its sender instead of being held and
+# sent back whole. Clients ping with a few bytes (jupyter_client: b"ping").
+PING_MAX = 4096
+
 
 class Heartbeat(threading.Thread):
-    def __init__(self, context: zmq.Context, url: str):
+    def __init__(self, context: zmq.Context, url: str, server_keys: tuple[bytes, bytes] | None = None):
+        """`server_keys`: the connection file's curve keys, which make the socket a CURVE server."""
         super().__init__(name="klbr-heartbeat", daemon=True)
         self._context = context
         self._socket = context.socket(zmq.ROUTER)
         self._socket.linger = 0
+        self._socket.maxmsgsize = PING_MAX
+        encryption.serve(self._socket, server_keys)
         self._socket.bind(url)
         self._control_url = f"inproc://klbr-heartbeat-{id(self)}"
         self._control = context.socket(zmq.PAIR)

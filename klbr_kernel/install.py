@@ -8,21 +8,29 @@ import shutil
 import sys
 import tempfile
 
+import zmq
 from jupyter_client.kernelspec import KernelSpecManager
 
 LOGOS = ("logo-32x32.png", "logo-64x64.png")
 
 
 def kernel_json(display_name: str = "Python 3 (klbr)", placement: str = "") -> dict:
-    """`placement`, if any, goes on the kernel's command line: an ssh:// one then connects while the
-    kernel starts (see `klbr_supervisor.prelaunch`)."""
+    """The spec `install` writes. It offers CurveZMQ (jupyter_client's `transport_encryption` then
+    provisions keys) only when this interpreter's pyzmq has CURVE: the spec runs this interpreter,
+    so what is checked here is what the kernel will have. (The spec the wheel ships, for an
+    interpreter not known when it is built, offers no encryption.) `placement`, if any, goes on the
+    kernel's command line: an ssh:// one then connects while the kernel starts (see
+    `klbr_supervisor.prelaunch`)."""
+    metadata: dict = {"debugger": True}
+    if zmq.has("curve"):
+        metadata["supported_encryption"] = ["curve"]
     where = [f"--Supervisor.placement={placement}"] if placement else []
     return {
         "argv": [sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}", *where],
         "display_name": display_name,
         "language": "python",
         "interrupt_mode": "message",
-        "metadata": {"debugger": True},
+        "metadata": metadata,
     }
 
 

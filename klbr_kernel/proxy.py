@@ -32,6 +32,7 @@ from .answers import Answers
 from .cell_log import CellLog
 from .delivery import Delivery
 from .dispatch import Dispatch
+from .early import MAX_MESSAGE_SIZE
 from .endings import Endings
 from .frontend import Frontend
 from .outcomes import internal_error, session_paused_error
@@ -47,9 +48,10 @@ log = logging.getLogger(__name__)
 class Proxy:
     """Created by the app with the frontend's connection info; `run` serves until shutdown."""
 
-    def __init__(self, info: dict, session: Session, parent=None, notebook: str | None = None):
+    def __init__(self, info: dict, session: Session, parent=None, notebook: str | None = None,
+                 max_message_size: int = MAX_MESSAGE_SIZE):
         self.session = session
-        self.frontend = Frontend(info, session, self._frontend_message)
+        self.frontend = Frontend(info, session, self._frontend_message, max_message_size)
         self.supervisor = Supervisor(self, session=session, parent=parent, notebook=notebook,
                                      kernel_name=info.get("kernel_name") or None)
         self.cell_log = CellLog(self.supervisor.store)

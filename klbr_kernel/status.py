@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from klbr_supervisor.supervisor import Supervisor
 
+from . import encryption
 from .cell_log import CellLog
-from .drops import Drops
+from .frontend import Frontend
 from .magics import Magic, MagicError
 
 
@@ -38,7 +39,7 @@ def history_text(supervisor: Supervisor, cell_log: CellLog, n: int) -> str:
     return "\n".join(lines) + "\n" if lines else "No cells recorded yet.\n"
 
 
-def status_text(supervisor: Supervisor, cell_log: CellLog, drops: Drops | None = None) -> str:
+def status_text(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | None = None) -> str:
     st = supervisor.status()
     timeout = st["cell_timeout"]
     rows = [
@@ -51,12 +52,13 @@ def status_text(supervisor: Supervisor, cell_log: CellLog, drops: Drops | None =
         ("key", st["key"] or "-"),
         ("signed", f"yes, {st['signing']}" if st["signing"] else
          "NO: the connection file's key is empty; anyone who can reach the kernel's sockets can run code"),
+        ("encrypted", encryption.status(frontend.server_keys) if frontend is not None else "-"),
         ("standby", st["standby"]),
         ("restarts", f"{st['restarts']} of {st['restart_limit']} in the last {st['restart_window']:g} s"),
         ("cell timeout", f"{timeout:g} s" if timeout else "none"),
         ("interrupt grace", f"{st['interrupt_grace']:g} s"),
         ("cell log", cell_log.state_text()),
-        ("dropped", drops.status() if drops is not None else "-"),
+        ("dropped", frontend.drops.status() if frontend is not None else "-"),
     ]
     width = max(len(k) for k, _ in rows)
     return "".join(f"{k:<{width}}  {v}\n" for k, v in rows)
@@ -76,10 +78,10 @@ def _moved(what: str, old, new, supervisor: Supervisor) -> str:
 
 
 async def magic_output(magic: Magic, supervisor: Supervisor, cell_log: CellLog,
-                       drops: Drops | None = None) -> str:
+                       frontend: Frontend | None = None) -> str:
     """Carry out one `%klbr` command; its printed answer."""
     if magic.command == "status":
-        return status_text(supervisor, cell_log, drops)
+        return status_text(supervisor, cell_log, frontend)
     if magic.command == "restart":
         old = supervisor.current
         await supervisor.restart()

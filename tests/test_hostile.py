@@ -571,7 +571,8 @@ def test_many_more_hostile_frames_on_iopub(hostile, frames):
 
 
 def test_a_64_MiB_frame_on_every_socket(hostile):
-    """Served where it is legal (an execute's content), dropped where it is not; a 64 MiB
+    """Served where it is legal (an execute's content: under the default cap on shell, control and
+    stdin, `KlbrKernelApp.max_message_size`, 256 MiB), dropped where it is not; a 64 MiB
     subscription disconnects its sender (libzmq would keep it as a trie node per byte: gigabytes)."""
     km, peer, log = hostile
     before = peer.begin()
@@ -594,6 +595,71 @@ def test_a_64_MiB_frame_on_every_socket(hostile):
         assert sub.disconnected(), "a 64 MiB subscription was taken"
     assert rss(km) - before < 256 * MiB
     peer.works()
+
+
+def _memory(pid: int, field: str) -> int:
+    """VmRSS or VmHWM (the peak since it was last reset) of process `pid`, in bytes."""
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) * 1024 for line in f if line.startswith(field + ":"))
+
+
+def _hung_up(sock: zmq.Socket, send: list[bytes]) -> None:
+    """Send `send` on `sock` and wait until the kernel disconnects it (its libzmq reconnects)."""
+    monitor = sock.get_monitor_socket(zmq.EVENT_DISCONNECTED)
+    try:
+        sock.send_multipart(send)
+        assert monitor.poll(30_000), "the kernel took a frame over its cap (no disconnect within 30 s)"
+    finally:
+        sock.disable_monitor()
+        monitor.close()
+
+
+def test_a_frame_over_the_cap_disconnects_its_sender_and_costs_the_kernel_no_memory(tmp_path):
+    """`KlbrKernelApp.max_message_size` (8 MiB here) on shell, control and stdin, and a few KiB on
+    the heartbeat: libzmq refuses a longer frame from its size, before it is read, and hangs up on
+    its sender, whose libzmq reconnects; its next normal request is served."""
+    cap = 8 * MiB
+    with start_kernel(extra_arguments=[f"--KlbrKernelApp.max_message_size={cap}"]) as (km, kc), ExitStack() as stack:
+        kc.stop_channels()
+        peer = Peer(km, stack)
+        reply, _ = peer.cell("'padded'", padding="a" * (cap - MiB))  # under the cap: served
+        assert reply["content"]["status"] == "ok"
+        pid = km.provisioner.process.pid
+        over = "a" * (cap + MiB)
+        hostile = {
+            "shell": packed(peer.session, "execute_request", {"code": "ran = True", "padding": over}),
+            "control": packed(peer.session, "kernel_info_request", {"padding": over}),
+            "stdin": [b"", b"", b"", over.encode()],
+        }
+        for channel, parts in hostile.items():
+            with open(f"/proc/{pid}/clear_refs", "w") as f:
+                f.write("5")  # the peak starts again from what the kernel holds now
+            before = _memory(pid, "VmRSS")
+            _hung_up(peer.sockets[channel], signed(peer.session, parts))
+            assert _memory(pid, "VmHWM") - before < MiB, f"{channel}: the kernel read the frame over its cap"
+        peer.works()  # shell, reconnected: the execute over the cap never ran
+        assert peer.probe("control") == ([], [])
+        peer.ask()
+        info = km.get_connection_info()
+        hb = stack.enter_context(zmq.Context.instance().socket(zmq.DEALER))
+        hb.linger = 0
+        hb.connect(f"ipc://{info['ip']}-{info['hb_port']}" if info["transport"] == "ipc"
+                   else f"tcp://{info['ip']}:{info['hb_port']}")
+        _hung_up(hb, [b"p" * (64 << 10)])
+        hb.send(b"ping")
+        assert hb.poll(30_000) and hb.recv() == b"ping"
+        assert peer.counts() == (0, 0)  # nothing over the cap reached the kernel to be counted
+
+
+def test_a_cap_in_a_config_file_is_not_applied_and_says_so(tmp_path):
+    """The sockets are bound before config files are read (see `early.max_message_size`): a
+    config file's cap is told in the log, and the one bound with stays."""
+    (tmp_path / "jupyter_klbr_config.py").write_text(f"c.KlbrKernelApp.max_message_size = {8 * MiB}\n")
+    log = tmp_path / "kernel.log"
+    with start_kernel(env={"JUPYTER_CONFIG_DIR": str(tmp_path)}, log=log) as (km, kc):
+        reply, _ = execute(kc, "'padded'", user_expressions={"padding": "'" + "a" * (9 * MiB) + "'"})
+        assert reply["content"]["status"] == "ok"
+    assert f"KlbrKernelApp.max_message_size = {8 * MiB} from a config file is not applied" in log.read_text()
 
 
 def test_1000_frames_in_one_message_on_every_socket(hostile):

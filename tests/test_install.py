@@ -9,6 +9,8 @@ import sys
 import zipfile
 from pathlib import Path
 
+import zmq
+
 ROOT = Path(__file__).parent.parent
 
 
@@ -27,6 +29,8 @@ def test_the_wheel_ships_the_kernelspec_as_shared_data(tmp_path):
     spec = json.loads(zipfile.ZipFile(wheel).read(next(n for n in shared if n.endswith("kernel.json"))))
     assert spec["argv"][1:] == ["-m", "klbr_kernel", "-f", "{connection_file}"]
     assert spec["interrupt_mode"] == "message" and spec["display_name"] == "Python 3 (klbr)"
+    # Built for an interpreter it does not know: it does not offer CurveZMQ (`klbr-kernel install` may).
+    assert "supported_encryption" not in spec["metadata"]
     # Every module of both packages, subpackages included (`pip install klbr-kernel` gets no other).
     modules = {str(p.relative_to(ROOT)) for pkg in ("klbr_kernel", "klbr_supervisor") for p in (ROOT / pkg).rglob("*.py")}
     assert modules - set(names) == set()
@@ -36,6 +40,8 @@ def test_install_writes_an_absolute_interpreter_path(tmp_path):
     subprocess.run([sys.executable, "-m", "klbr_kernel", "install", "--prefix", str(tmp_path), "--name", "klbr-test"], check=True)
     spec = json.loads((tmp_path / "share/jupyter/kernels/klbr-test/kernel.json").read_text())
     assert spec["argv"][0] == sys.executable and Path(spec["argv"][0]).is_absolute()
+    # CurveZMQ is offered when the interpreter the spec runs has it (see tests/test_encryption.py).
+    assert spec["metadata"].get("supported_encryption") == (["curve"] if zmq.has("curve") else None)
     assert (tmp_path / "share/jupyter/kernels/klbr-test/logo-64x64.png").exists()
 
 

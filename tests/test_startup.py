@@ -34,3 +34,34 @@ def test_an_empty_key_is_served_with_a_loud_warning(tmp_path):
         rows = dict(line.split(None, 1) for line in stream_text(outputs).splitlines())
         assert rows["signed"].startswith("NO: the connection file's key is empty")
     assert "has an empty key: messages are not signed" in log.read_text()
+
+
+def _refusal(tmp_path, extra: dict, python: list[str] | None = None) -> subprocess.CompletedProcess:
+    conn = tmp_path / "kernel.json"
+    conn.write_text(json.dumps({"transport": "ipc", "ip": str(tmp_path / "k"), "shell_port": 1, "iopub_port": 2,
+                                "stdin_port": 3, "control_port": 4, "hb_port": 5, "key": "secret",
+                                "signature_scheme": "hmac-sha256", **extra}))
+    done = subprocess.run([*(python or [sys.executable, "-m", "klbr_kernel"]), "-f", str(conn)], capture_output=True,
+                          text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "refusing to start" in done.stderr and "Traceback" not in done.stderr, done.stderr
+    assert not list(tmp_path.glob("k-*")), "a socket was bound"
+    return done
+
+
+def test_curve_keys_the_kernel_cannot_serve_refuse_to_start(tmp_path):
+    import zmq
+
+    public, secret = (key.decode() for key in zmq.curve_keypair())
+    other, _ = (key.decode() for key in zmq.curve_keypair())
+    assert "carries curve_publickey but no curve_secretkey" in _refusal(tmp_path, {"curve_publickey": public}).stderr
+    assert "curve_publickey is not the public key of its curve_secretkey" in _refusal(
+        tmp_path, {"curve_publickey": other, "curve_secretkey": secret}).stderr
+    assert "curve_secretkey is not a Z85-encoded" in _refusal(
+        tmp_path, {"curve_publickey": public, "curve_secretkey": "too short"}).stderr
+    # A pyzmq without CURVE (its capability query says so): encryption is asked for, so no plaintext.
+    without_curve = ("import runpy, sys, zmq; has = zmq.has; zmq.has = lambda f: f != 'curve' and has(f); "
+                     "sys.argv[0] = 'klbr_kernel'; runpy.run_module('klbr_kernel', run_name='__main__')")
+    done = _refusal(tmp_path, {"curve_publickey": public, "curve_secretkey": secret},
+                    [sys.executable, "-c", without_curve])
+    assert "asks for CurveZMQ transport encryption" in done.stderr and "built without CURVE" in done.stderr
