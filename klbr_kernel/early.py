@@ -111,14 +111,11 @@ def max_message_size(argv: list[str]) -> int:
     libzmq copies a socket's options into its listener when it binds. Binding again then would
     drop what is in flight both ways (a reply sent while its frontend reconnects is lost), so the
     `Frontend` only warns about a config file's other value."""
-    for i, arg in enumerate(argv):
-        if arg.lstrip("-").startswith(_SIZE_OPTION):
-            value = arg.split("=", 1)[1] if "=" in arg else (argv[i + 1] if i + 1 < len(argv) else "")
-            try:
-                return int(value)
-            except ValueError:
-                break
-    return MAX_MESSAGE_SIZE
+    given = prelaunch.values(argv, _SIZE_OPTION)
+    try:
+        return int(given[-1]) if given else MAX_MESSAGE_SIZE
+    except ValueError:
+        return MAX_MESSAGE_SIZE
 
 
 def bind(info: dict, context: zmq.Context, max_message_size: int = MAX_MESSAGE_SIZE
