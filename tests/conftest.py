@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -19,6 +20,7 @@ from jupyter_client.session import Session
 
 HERE = Path(__file__).parent
 TEST_KERNELS = HERE / "kernels"
+BENCHMARKS = HERE.parent / "benchmarks"
 THOROUGH = os.environ.get("KLBR_THOROUGH") == "1"
 
 
@@ -32,6 +34,14 @@ def thorough(test):
 BEHAVIOURS = ("sigkill", "exit", "segfault", "ignore-sigint", "hang-in-c", "die-in-output", "complete",
               "exit-after-reply", "late-stdin", "output-then-die", "drops-is-complete", "noisy")
 _SPECS = tempfile.TemporaryDirectory(prefix="klbr-test-specs-")
+
+
+def benchmark(name: str):
+    """`benchmarks/NAME.py` as a module: the driver of a measure that a test runs at a small size."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)  # a dataclass looks it up
+    spec.loader.exec_module(module)
+    return module
 
 
 def pytest_configure(config):

@@ -12,26 +12,15 @@ interrupts; its figures are in the README, from `benchmarks/soak.py`, which is t
 
 from __future__ import annotations
 
-import importlib.util
-import sys
 from pathlib import Path
 
 import pytest
 
-from conftest import thorough
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "soak.py"
-
-
-def _soak():
-    spec = importlib.util.spec_from_file_location("soak", BENCH)
-    module = sys.modules["soak"] = importlib.util.module_from_spec(spec)  # a dataclass looks it up
-    spec.loader.exec_module(module)
-    return module
+from conftest import benchmark, thorough
 
 
 def _soak_holds(tmp_path: Path, cells: int, losses: int, interrupts: int) -> None:
-    soak = _soak().run(cells, losses, interrupts, db=tmp_path / "soak.sqlite3")
+    soak = benchmark("soak").run(cells, losses, interrupts, db=tmp_path / "soak.sqlite3")
     print(soak.figures())
     executes = cells + losses + interrupts
     assert soak.steps == executes
