@@ -116,6 +116,7 @@ class Wire:
         self.kc = kc
         self.requests: dict[str, Request] = {}
         self.strays: list[dict] = []  # messages about no request of this wire's
+        self._open: set[str] = set()  # the requests without their reply or their idle yet
         self._channels = [kc.shell_channel, kc.control_channel, kc.iopub_channel]
         self._poller = zmq.Poller()
         for channel in self._channels:
@@ -124,11 +125,13 @@ class Wire:
     def execute(self, kind: str, n: int) -> str:
         msg_id = self.kc.execute(CODE[kind].format(n=n), stop_on_error=False)
         self.requests[msg_id] = Request(kind, time.monotonic())
+        self._open.add(msg_id)
         return msg_id
 
     def interrupt(self) -> str:
         msg = self.kc.session.msg("interrupt_request", {})
         self.requests[msg["header"]["msg_id"]] = Request("interrupt", time.monotonic())
+        self._open.add(msg["header"]["msg_id"])
         self.kc.control_channel.send(msg)
         return msg["header"]["msg_id"]
 
@@ -144,7 +147,8 @@ class Wire:
                     self._file(channel.get_msg(), channel is self.kc.iopub_channel)
 
     def _file(self, msg: dict, iopub: bool) -> None:
-        req = self.requests.get(msg["parent_header"].get("msg_id"))
+        msg_id = msg["parent_header"].get("msg_id")
+        req = self.requests.get(msg_id)
         if req is None:
             if msg["msg_type"] != "iopub_welcome" and msg["parent_header"].get("msg_type") != "kernel_info_request":
                 self.strays.append(msg)  # (wait_for_ready's kernel_info may still be in flight)
@@ -154,14 +158,15 @@ class Wire:
             req.states.append(msg["content"]["execution_state"])
         elif msg["msg_type"] == "stream":
             req.text += msg["content"]["text"]
+        if req is not None and req.done:
+            self._open.discard(msg_id)
 
     def pending(self) -> list[str]:
-        return [i for i, r in self.requests.items() if not r.done]
+        return list(self._open)
 
     def answered(self, msg_id: str | None = None) -> None:
         """Until `msg_id` (or every request so far) has its reply and its idle."""
-        ids = [msg_id] if msg_id else list(self.requests)
-        self.until(lambda: all(self.requests[i].done for i in ids), "answered")
+        self.until(lambda: msg_id not in self._open if msg_id else not self._open, "answered")
 
     def spare_ready(self) -> bool:
         msg_id = self.execute("status", 0)
@@ -194,7 +199,8 @@ class Soak:
     baseline: Footprint
     end: Footprint
     descendants: list[str]
-    rows: dict[str, list[str]]  # msg_id -> statuses of the session's rows for it (None: no store)
+    rows: dict[str, list[str]] | None  # msg_id -> statuses of the session's rows for it (None: no store)
+    endings: dict[str, int]  # the session's generations in the store, by how they ended ("lost", ...)
     recoveries: list[float]  # s from a loss sent to the reply of the next cell sent
     interrupts: list[float]  # s from an interrupt_request sent to the interrupted cell's reply
 
@@ -227,7 +233,8 @@ class Soak:
                 lines.append(f"  {what}: p50 {pct(values, 50) * 1000:.0f} ms, p95 {pct(values, 95) * 1000:.0f} ms "
                              f"({len(values)})")
         if self.rows is not None:
-            lines.append(f"  store: {sum(map(len, self.rows.values()))} rows, {len(self.wrong_rows())} wrong")
+            lines.append(f"  store: {sum(map(len, self.rows.values()))} rows, {len(self.wrong_rows())} wrong; "
+                         f"generations by how they ended: {self.endings}")
         return "\n".join(lines)
 
 
@@ -276,16 +283,19 @@ def run(cells: int, losses: int, interrupts: int, db: Path, kernel: str = "klbr"
         wall = time.monotonic() - started
         family = descendants(pid)
         session = next(iter(wire.requests.values())).replies[0][1]["header"]["session"]
-    rows = None
+    rows, endings = None, {}
     if klbr:
         with sqlite3.connect(db) as con:
             rows = {}
-            for msg_id, status in con.execute("SELECT msg_id, status FROM cells WHERE session_id = "
-                                              "(SELECT id FROM sessions WHERE uuid = ?) ORDER BY id", (session,)):
+            (sid,) = con.execute("SELECT id FROM sessions WHERE uuid = ?", (session,)).fetchone()
+            for msg_id, status in con.execute("SELECT msg_id, status FROM cells WHERE session_id = ? ORDER BY id", (sid,)):
                 rows.setdefault(msg_id, []).append(status)
+            for (reason,) in con.execute("SELECT end_reason FROM generations WHERE session_id = ?", (sid,)):
+                how = (reason or "not ended").split(":")[0]
+                endings[how] = endings.get(how, 0) + 1
         con.close()
     return Soak(kernel, len(steps), wall, wire.requests, wire.strays, baseline or end, end, family, rows,
-                recoveries, interrupted)
+                endings, recoveries, interrupted)
 
 
 def main() -> None:

@@ -28,6 +28,7 @@ def _soak_holds(tmp_path: Path, cells: int, losses: int, interrupts: int) -> Non
     assert not soak.strays, soak.strays[:5]
     assert sum(r.kind == "interrupt" for r in soak.requests.values()) == interrupts
     assert not soak.wrong_rows(), soak.wrong_rows()
+    assert soak.endings == {"lost": losses, "shutdown": 1}, soak.endings  # each loss a generation's end
     fds, threads = soak.end.fds - soak.baseline.fds, soak.end.threads - soak.baseline.threads
     rss = soak.end.rss_mib - soak.baseline.rss_mib
     assert fds <= 10 and threads <= 2 and rss <= 50, f"+{fds} fds, +{threads} threads, +{rss:.1f} MiB"
