@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import signal
@@ -19,11 +20,28 @@ from jupyter_client.session import Session
 
 HERE = Path(__file__).parent
 TEST_KERNELS = HERE / "kernels"
+BENCHMARKS = HERE.parent / "benchmarks"
+THOROUGH = os.environ.get("KLBR_THOROUGH") == "1"
+
+
+def thorough(test):
+    """A test at a scale `make test` does not pay for: run only with KLBR_THOROUGH=1 (`-m thorough`
+    selects just those)."""
+    skip = pytest.mark.skipif(not THOROUGH, reason="opt-in: KLBR_THOROUGH=1 pytest -m thorough")
+    return pytest.mark.thorough(skip(test))
 
 
 BEHAVIOURS = ("sigkill", "exit", "segfault", "ignore-sigint", "hang-in-c", "die-in-output", "complete",
               "exit-after-reply", "late-stdin", "output-then-die", "drops-is-complete", "noisy")
 _SPECS = tempfile.TemporaryDirectory(prefix="klbr-test-specs-")
+
+
+def benchmark(name: str):
+    """`benchmarks/NAME.py` as a module: the driver of a measure that a test runs at a small size."""
+    spec = importlib.util.spec_from_file_location(name, BENCHMARKS / f"{name}.py")
+    module = sys.modules[name] = importlib.util.module_from_spec(spec)  # a dataclass looks it up
+    spec.loader.exec_module(module)
+    return module
 
 
 def pytest_configure(config):
@@ -230,7 +248,12 @@ def status_rows(kc) -> dict[str, str]:
     """All of `%klbr status`, row by row."""
     reply, outputs = execute(kc, "%klbr status")
     assert reply["content"]["status"] == "ok"
-    rows = [line.split(None, 1) for line in stream_text(outputs).splitlines()]
+    return status_table(stream_text(outputs))
+
+
+def status_table(text: str) -> dict[str, str]:
+    """What `%klbr status` printed, row by row."""
+    rows = [line.split(None, 1) for line in text.splitlines()]
     return {k: v for k, v in (r if len(r) == 2 else (r[0], "") for r in rows)}
 
 

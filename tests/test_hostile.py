@@ -15,7 +15,6 @@ after 70 000 executes:
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import struct
@@ -34,15 +33,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from jupyter_client.session import Session
 
-from conftest import execute, raw_socket, receive, results, start_kernel, stream_text, until
-
-THOROUGH = os.environ.get("KLBR_THOROUGH") == "1"
-
-
-def thorough(test):
-    """A test at a scale `make test` does not pay for: run only when asked (see the docstring)."""
-    skip = pytest.mark.skipif(not THOROUGH, reason="opt-in: KLBR_THOROUGH=1 pytest -m thorough")
-    return pytest.mark.thorough(skip(test))
+from conftest import execute, raw_socket, receive, results, start_kernel, stream_text, thorough, until
 
 
 DELIM = b"<IDS|MSG>"

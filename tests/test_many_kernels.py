@@ -5,23 +5,12 @@ the lock (a locked file makes a cell wait, never fail)."""
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
-BENCH = Path(__file__).resolve().parent.parent / "benchmarks" / "many_kernels.py"
-
-
-def _many_kernels():
-    spec = importlib.util.spec_from_file_location("many_kernels", BENCH)
-    module = sys.modules["many_kernels"] = importlib.util.module_from_spec(spec)  # a dataclass looks it up
-    spec.loader.exec_module(module)
-    return module
+from conftest import benchmark
 
 
 def test_six_kernels_on_one_file_lose_no_cell_while_another_process_takes_its_write_lock(tmp_path):
     # The first 2 s hold starts before the first cell, the next ones at random moments 0.5-3 s apart.
-    result = _many_kernels().run(6, 50, db=tmp_path / "shared.sqlite3", workdir=tmp_path, gap=(0.5, 3.0))
+    result = benchmark("many_kernels").run(6, 50, db=tmp_path / "shared.sqlite3", workdir=tmp_path, gap=(0.5, 3.0))
     print(result.figures())
     assert result.holds
     assert not result.lost, result.lost
