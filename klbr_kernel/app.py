@@ -60,9 +60,13 @@ class KlbrKernelApp(JupyterApp):
         if not self.connection_file:
             self.log.critical("klbr kernel: -f CONNECTION_FILE is required")
             self.exit(2)
-        with open(self.connection_file) as f:
-            info = json.load(f)
-        problem = prelaunch.signature_problem(info) or encryption.problem(info)
+        try:
+            with open(self.connection_file) as f:
+                info = json.load(f)
+        except (OSError, ValueError) as e:
+            info, problem = None, f"cannot be read ({getattr(e, 'strerror', None) or e})"
+        else:
+            problem = prelaunch.connection_problem(info) or encryption.problem(info)
         if problem is not None:
             worker = prelaunch.current()
             if worker is not None:  # spawned before the file was checked for encryption

@@ -303,7 +303,7 @@ def start(argv: list[str]) -> None:
     try:
         with open(path) as f:
             info = json.load(f)
-        if prelaunch.signature_problem(info) or encryption.problem(info):
+        if prelaunch.connection_problem(info) or encryption.problem(info):
             return  # the app refuses to start, and says why
         context = zmq.Context.instance()
         size = max_message_size(argv)

@@ -118,6 +118,23 @@ def new_id() -> str:
     return f"{x[:8]}-{x[8:12]}-{x[12:16]}-{x[16:20]}-{x[20:]}"
 
 
+PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
+
+
+def connection_problem(info) -> str | None:
+    """Why a connection file (as JSON read) cannot be served, or None: not an object, a key that is
+    not text, a port that is no port number, a scheme that cannot sign."""
+    if not isinstance(info, dict):
+        return "it is not a JSON object"
+    if not isinstance(info.get("key", ""), str):
+        return "its key is not a string"
+    for name in PORTS:
+        port = info.get(name, 0)
+        if not isinstance(port, int) or isinstance(port, bool) or not 0 <= port < 65536:
+            return f"its {name} {port!r} is not a port number"
+    return signature_problem(info)
+
+
 def signature_problem(info: dict) -> str | None:
     """Why the connection file's `signature_scheme` cannot sign messages, or None. Jupyter's schemes
     are ``hmac-<hash>`` (hmac-sha256 by default); anything else is refused, never guessed at."""
@@ -165,7 +182,7 @@ def start(argv: list[str]) -> None:
             info = json.load(f)
     except (OSError, ValueError):
         return  # the app reports a bad connection file properly
-    if not isinstance(info, dict) or signature_problem(info):
+    if connection_problem(info):
         return  # the app refuses to start, and says why
     try:
         runtime = _private_dir()

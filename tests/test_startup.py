@@ -25,6 +25,22 @@ def test_a_signature_scheme_that_is_not_hmac_refuses_to_start(tmp_path):
         assert "Traceback" not in done.stderr
 
 
+def test_a_connection_file_the_kernel_cannot_read_refuses_to_start_saying_why(tmp_path):
+    good = {"transport": "ipc", "ip": str(tmp_path / "k"), "shell_port": 1, "iopub_port": 2, "stdin_port": 3,
+            "control_port": 4, "hb_port": 5, "key": "secret"}
+    for text, words in ((None, "No such file"), ("{not json", "cannot be read"), ("[1, 2]", "not a JSON object"),
+                        (json.dumps({**good, "key": 5}), "key is not a string"),
+                        (json.dumps({**good, "shell_port": "x"}), "shell_port 'x' is not a port number")):
+        conn = tmp_path / "kernel.json"
+        conn.unlink(missing_ok=True)
+        if text is not None:
+            conn.write_text(text)
+        done = subprocess.run([sys.executable, "-m", "klbr_kernel", "-f", str(conn)], capture_output=True,
+                              text=True, timeout=60)
+        assert done.returncode == 2 and words in done.stderr and "refusing to start" in done.stderr, done.stderr
+        assert "Traceback" not in done.stderr, done.stderr
+
+
 def test_an_empty_key_is_served_with_a_loud_warning(tmp_path):
     log = tmp_path / "kernel.log"
     with start_kernel(manager={"session": Session(key=b"")}, log=log) as (km, kc):
