@@ -68,9 +68,7 @@ class KlbrKernelApp(JupyterApp):
         else:
             problem = prelaunch.connection_problem(info) or encryption.problem(info)
         if problem is not None:
-            worker = prelaunch.current()
-            if worker is not None:  # spawned before the file was checked for encryption
-                worker.discard()
+            prelaunch.discard()  # spawned before the file was checked for encryption
             self.log.critical("klbr kernel: %s: %s; refusing to start", self.connection_file, problem)
             self.exit(2)
         if not info.get("key"):

@@ -14,6 +14,7 @@ kernel's own start, overlap the proxy's imports as a local worker's start does.
 
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import signal
@@ -42,19 +43,23 @@ def worker_command(connection_file: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "klbr_supervisor.worker", str(os.getpid()), "-f", connection_file, *args]
 
 
-def _end(process: subprocess.Popen, runtime_dir: str) -> None:
+def _end(process: subprocess.Popen | None, runtime_dir: str) -> None:
     """End a first worker that is not wanted after all, and leave nothing of it."""
+    if process is not None:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        process.wait()
+        for pipe in (process.stdin, process.stdout, process.stderr):
+            if pipe:
+                pipe.close()
     try:
-        os.killpg(process.pid, signal.SIGKILL)
+        for name in os.listdir(runtime_dir):
+            os.unlink(os.path.join(runtime_dir, name))
+        os.rmdir(runtime_dir)
     except OSError:
-        pass
-    process.wait()
-    for pipe in (process.stdin, process.stdout, process.stderr):
-        if pipe:
-            pipe.close()
-    for name in os.listdir(runtime_dir):
-        os.unlink(os.path.join(runtime_dir, name))
-    os.rmdir(runtime_dir)
+        pass  # gone already (the supervisor removes its runtime directory as it ends)
 
 
 class Prelaunched:
@@ -78,10 +83,36 @@ class EarlySsh:
     host = None  # no host channel on ssh://
 
     def __init__(self, launch, process: subprocess.Popen, runtime_dir: str):
+        import threading  # only here: the local prelaunch waits for no import
+
         self.launch = launch  # `ssh_launch.Launch`: what it was started with
         self.process = process
         self.runtime_dir = runtime_dir
         self.session_id = new_id()  # its worker's messages are re-signed: any id will do
+        # Its lease is renewed from here until the generation adopts it (`adopted`), as the
+        # generation renews it after: a link that stalls meanwhile ends the remote kernel in
+        # `link_timeout`, as always. Writes never block: a stalled ssh takes none.
+        self._fd = process.stdin.fileno()
+        os.set_blocking(self._fd, False)
+        self._stop = threading.Event()
+        self._renewing = threading.Thread(target=self._renew, name="klbr-early-lease", daemon=True)
+        self._renewing.start()
+
+    def _renew(self) -> None:
+        from .ssh_launch import LEASE_EVERY
+
+        while not self._stop.wait(LEASE_EVERY):
+            try:
+                os.write(self._fd, b'{"lease": 1}\n')  # shorter than PIPE_BUF: all or nothing
+            except BlockingIOError:
+                pass
+            except OSError:
+                return  # ssh has ended: its exit says why
+
+    def adopted(self) -> None:
+        """Its generation takes its pipes over: renewals are the generation's from now on."""
+        self._stop.set()
+        self._renewing.join()
 
     def matches(self, placement, ssh: tuple[list[str], list[str]], link_timeout: float, args) -> bool:
         """Whether the configuration (config files included) asks for this very launch."""
@@ -90,7 +121,9 @@ class EarlySsh:
                 and launch.link_timeout == link_timeout and launch.args == list(args))
 
     def discard(self) -> None:
-        """Another first worker is configured: ssh goes, and with its stdin the remote kernel."""
+        """Another first worker is configured, or none will be: ssh goes, and with its stdin the
+        remote kernel."""
+        self.adopted()
         _end(self.process, self.runtime_dir)
 
 
@@ -158,14 +191,16 @@ def connection_file_arg(argv: list[str]) -> str | None:
 
 
 def values(argv: list[str], name: str) -> list[str]:
-    """Every value option `--name` has on the command line (``--name=V`` or ``--name V``), in order."""
+    """Every value option `--name` has on the command line (``--name=V`` or ``--name V``), in order,
+    as traitlets reads a text: ``~`` expanded, one pair of surrounding quotes taken off."""
     found = []
     for i, arg in enumerate(argv):
         if arg.startswith(f"--{name}="):
             found.append(arg.split("=", 1)[1])
         elif arg == f"--{name}" and i + 1 < len(argv):
             found.append(argv[i + 1])
-    return found
+    found = [os.path.expanduser(v) for v in found]
+    return [v[1:-1] if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"" else v for v in found]
 
 
 def start(argv: list[str]) -> None:
@@ -188,8 +223,9 @@ def start(argv: list[str]) -> None:
         runtime = _private_dir()
     except OSError:
         return  # no usable temp dir here: the supervisor starts the worker itself (tempfile looks further)
+    atexit.register(discard)
     if spec:
-        _started = _start_ssh(argv, spec, info, runtime)
+        _started = _start_ssh(argv, info, runtime)
         return
     worker = {
         "transport": "ipc", "ip": os.path.join(runtime, "gen1"),
@@ -207,21 +243,35 @@ def start(argv: list[str]) -> None:
     _started = Prelaunched(process, runtime, conn, session_id, host)
 
 
-def _start_ssh(argv: list[str], spec: str, info: dict, runtime: str) -> EarlySsh | None:
+def _start_ssh(argv: list[str], info: dict, runtime: str) -> EarlySsh | None:
     from .placement import PlacementError, parse
-    from .ssh_launch import EARLY_GRACE, LINK_TIMEOUT, Launch, split
+    from .ssh_launch import LINK_TIMEOUT, Launch, split
 
+    given = {name: values(argv, f"Supervisor.{name}") for name in ("placement", "ssh_command", "link_timeout")}
+    options = values(argv, "Supervisor.ssh_options")
+    if any(len(v) > 1 for v in given.values()) or (len(options) == 1 and options[0][:1] in "[("):
+        _end(None, runtime)  # what traitlets refuses, or reads as a Python literal: the app's to read
+        return None
     try:
-        launch = Launch(parse(spec), split((values(argv, "Supervisor.ssh_command") or ["ssh"])[-1]),
-                        values(argv, "Supervisor.ssh_options"),
-                        float((values(argv, "Supervisor.link_timeout") or [LINK_TIMEOUT])[-1]),
+        launch = Launch(parse(given["placement"][0]), split((given["ssh_command"] or ["ssh"])[0]), options,
+                        float((given["link_timeout"] or [LINK_TIMEOUT])[0]),
                         os.path.join(runtime, "ssh1"), os.urandom(32).hex(),
                         info.get("signature_scheme", "hmac-sha256"), list(NO_IPYTHON_HISTORY))
-        process = launch.spawn(grace=EARLY_GRACE)
+        process = launch.spawn()
     except (PlacementError, ValueError, OSError):
-        os.rmdir(runtime)
+        _end(None, runtime)
         return None  # the supervisor starts it, and says what is wrong
     return EarlySsh(launch, process, runtime)
+
+
+def discard() -> None:
+    """The first worker (or ssh) is not wanted after all: the configuration asks for another, or
+    the kernel refuses to start. Also at exit, for one no generation took because the kernel never
+    got that far (a config file it could not load, a port taken)."""
+    global _started
+    taken, _started = _started, None
+    if taken is not None:
+        taken.discard()
 
 
 def current() -> Prelaunched | EarlySsh | None:

@@ -24,14 +24,14 @@ from collections.abc import Callable
 
 from jupyter_client.session import Session
 
+from . import prelaunch
 from .exits import describe_exit
 from .launched import LaunchError
 from .pipes import LinePipe
 from .process import WorkerProcess
 from .reaper import Reaper
-from .ssh_launch import CHANNELS, Launch, base_command, remote
+from .ssh_launch import CHANNELS, LEASE_EVERY, Launch, base_command, remote
 
-LEASE_EVERY = 1.0  # seconds between lease renewals
 # Seconds the agent gets to report its kernel's end after a kill before ssh itself is killed: then
 # stdin's end (a live link) or the lease (a stalled one) ends the kernel, unconfirmed.
 KILL_BOUND = 1.0
@@ -105,6 +105,8 @@ class SshWorker:
 
     async def launch(self, extra_arguments: list[str], env: dict[str, str]) -> dict:
         if self._early is not None:
+            self._early.adopted()
+            prelaunch.take()
             self._launch, process = self._early.launch, self._early.process
         else:
             self._launch.args = list(extra_arguments)

@@ -3,8 +3,8 @@
 Its source is sent over ssh's stdin, as one line the remote command executes (see
 `ssh_launch.REMOTE`), so nothing of klbr needs to be installed there and nothing secret is in any
 command line. Then, on stdin, JSON lines: ``{"start": {...}}`` (its directory, the fresh key, the
-worker's bootstrap and arguments, the channels' ports, the lease and the grace before its first
-renewal), later ``{"lease": 1}`` (renewed every second) and ``{"signal": N}``. On stdout:
+worker's bootstrap and arguments, the channels' ports, the lease), later ``{"lease": 1}``
+(renewed every second) and ``{"signal": N}``. On stdout:
 ``{"started": PID}`` once the kernel's sockets exist, and ``{"exited": STATUS}`` if it exits;
 ``{"failed": TEXT}`` instead when the interpreter has no ipykernel.
 
@@ -74,7 +74,7 @@ def main():
         threading.Thread(target=lambda: events.put(("exit", proc.wait())), daemon=True).start()
         sockets = [f"{info['ip']}-{port}" for port in start["channels"].values()]
         lease = float(start["lease"])
-        deadline = time.monotonic() + max(lease, float(start["grace"]))  # the first renewal may come late
+        deadline = time.monotonic() + lease
         started = False
         while True:
             if not started and all(os.path.exists(s) for s in sockets):

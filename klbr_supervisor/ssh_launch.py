@@ -22,9 +22,7 @@ REMOTE = '{python} -c "import sys;exec(sys.stdin.readline())"'
 # The ports the agent writes into the worker's connection file: its ipc sockets are ``k-{port}``.
 CHANNELS = {"shell": 1, "iopub": 2, "stdin": 3, "control": 4, "hb": 5}
 LINK_TIMEOUT = 15.0  # `Supervisor.link_timeout`'s default
-# Seconds an early ssh's agent waits for its first lease renewal: the proxy renews it once its
-# imports are done, and a proxy that dies before that closes ssh's stdin, which ends the kernel.
-EARLY_GRACE = 60.0
+LEASE_EVERY = 1.0  # seconds between lease renewals
 
 
 def split(command: str) -> list[str]:
@@ -78,20 +76,26 @@ class Launch:
         return [*base[:-1], "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindMask=0177",
                 "-o", "StreamLocalBindUnlink=yes", *forwards, base[-1], remote(self.placement.python, AGENT)[0]]
 
-    def spawn(self, grace: float = 0.0) -> subprocess.Popen:
+    def spawn(self) -> subprocess.Popen:
         """Start ssh in a session of its own (what it starts goes with it) and give the agent its
-        start; raises OSError when ssh cannot be run. `grace`: seconds until the first renewal is due,
-        if longer than the lease."""
+        start; raises OSError when ssh cannot be run."""
         process = subprocess.Popen(self.argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                                    stderr=subprocess.PIPE, env=dict(os.environ), start_new_session=True)
-        from .worker import BOOTSTRAP  # imported while ssh connects: `deathsig` costs milliseconds
-
-        start = {"dir": self.remote_dir, "key": self.key, "signature_scheme": self.signature_scheme,
-                 "bootstrap": BOOTSTRAP, "args": self.args, "channels": CHANNELS,
-                 "lease": lease_of(self.link_timeout), "grace": grace}
-        first = remote(self.placement.python, AGENT)[1] + json.dumps({"start": start}) + "\n"
         try:
-            os.write(process.stdin.fileno(), first.encode())  # into an empty pipe: all of it, at once
-        except BrokenPipeError:
-            pass  # ssh has ended already: its exit status and stderr say why
+            from .worker import BOOTSTRAP  # imported while ssh connects: `deathsig` costs milliseconds
+
+            start = {"dir": self.remote_dir, "key": self.key, "signature_scheme": self.signature_scheme,
+                     "bootstrap": BOOTSTRAP, "args": self.args, "channels": CHANNELS,
+                     "lease": lease_of(self.link_timeout)}
+            first = remote(self.placement.python, AGENT)[1] + json.dumps({"start": start}) + "\n"
+            try:
+                os.write(process.stdin.fileno(), first.encode())  # into an empty pipe: all of it, at once
+            except BrokenPipeError:
+                pass  # ssh has ended already: its exit status and stderr say why
+        except BaseException:
+            os.killpg(process.pid, 9)
+            process.wait()
+            for pipe in (process.stdin, process.stdout, process.stderr):
+                pipe.close()
+            raise
         return process

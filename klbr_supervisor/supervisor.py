@@ -90,9 +90,9 @@ class Supervisor(SupervisorSettings):
             wanted = worker is not None and not (self.worker_kernel or self.where.kind != "local"
                                                  or self.ipython_history or worker.session_id != session.session)
         if worker is not None and not wanted:
-            worker.discard()  # the configuration (a config file) asks for another first worker
+            prelaunch.discard()  # the configuration (a config file) asks for another first worker
         worker = worker if wanted else None
-        self._early_ssh = prelaunch.take() if isinstance(worker, prelaunch.EarlySsh) else None
+        self._early_ssh = worker if isinstance(worker, prelaunch.EarlySsh) else None  # its SshWorker takes it
         self._first_kernel = (PRELAUNCHED if worker is not None and not self._early_ssh
                               else kernel_name_for(self.where, self.worker_kernel))
         self._runtime_dir = worker.runtime_dir if worker is not None else tempfile.mkdtemp(prefix="klbr-")

@@ -8,9 +8,12 @@ kernel as `Supervisor.ssh_options=-F…`, and stops it at the end. The remote in
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -152,6 +155,48 @@ def test_a_config_file_that_asks_for_another_first_worker_is_honoured_and_the_ea
         assert value(kc, "__import__('sys').executable") == str(REMOTE_PYTHON)
         until(lambda: not _remote_kernels(b"--HistoryManager.enabled=False"), 10, "the early launch's kernel ends")
         assert len(sshd.sessions()) == 1
+
+
+def test_an_early_ssh_goes_with_a_kernel_that_dies_before_its_first_generation(tmp_path, sshd):
+    """A config value the kernel cannot take ends it before any generation adopts the ssh started
+    for it: that ssh, its runtime directory and the remote kernel it started go with it."""
+    (tmp_path / "jupyter_klbr_config.py").write_text("c.Supervisor.link_timeout = 'soon'\n")
+    (tmp_path / "tmp").mkdir()
+    conn = tmp_path / "kernel.json"
+    conn.write_text(json.dumps({"transport": "ipc", "ip": str(tmp_path / "k"), "shell_port": 1, "iopub_port": 2,
+                                "stdin_port": 3, "control_port": 4, "hb_port": 5, "key": "secret"}))
+    done = subprocess.run([sys.executable, "-m", "klbr_kernel", "-f", str(conn), f"--Supervisor.placement={SPEC}",
+                           f"--Supervisor.ssh_options=-F{sshd.config}"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path), "TMPDIR": str(tmp_path / "tmp")})
+    assert done.returncode != 0 and "link_timeout" in done.stderr, done.stderr
+    assert not list((tmp_path / "tmp").iterdir())
+    until(lambda: not sshd.sessions() and not _remote_kernels(b"--HistoryManager.enabled=False"), 10,
+          "the early ssh and its remote kernel end")
+
+
+def test_the_early_launch_reads_the_command_line_as_traitlets_does():
+    """What prelaunch reads for its early ssh must be what the configuration says, or every start
+    would dial twice (the supervisor discards a launch that differs)."""
+    from traitlets.config import Application
+
+    from klbr_supervisor import prelaunch
+    from klbr_supervisor.settings import SupervisorSettings
+
+    argv = ["--Supervisor.ssh_options=-i", "--Supervisor.ssh_options", "~/.ssh/gpu", "--Supervisor.ssh_options='-v'",
+            "--Supervisor.ssh_command=~/bin/ssh -4", "--Supervisor.placement", "ssh://gpu/usr/bin/python3"]
+    class Supervisor(SupervisorSettings):  # the section's name, as the real one reads it
+        pass
+
+    class App(Application):
+        classes = [Supervisor]
+
+    app = App()
+    app.parse_command_line(argv)
+    settings = Supervisor(config=app.config)
+    read = {name: prelaunch.values(argv, f"Supervisor.{name}") for name in ("ssh_options", "ssh_command", "placement")}
+    assert read["ssh_options"] == settings.ssh_options == ["-i", os.path.expanduser("~/.ssh/gpu"), "-v"]
+    assert read["ssh_command"] == [settings.ssh_command]
+    assert read["placement"] == [settings.placement]
 
 
 def test_a_killed_kernel_process_leaves_no_remote_kernel_or_directory(tmp_path, sshd):
