@@ -21,7 +21,7 @@ from klbr_supervisor import prelaunch
 from klbr_supervisor.store import Store
 from klbr_supervisor.supervisor import Supervisor
 
-from . import early, encryption
+from . import early, encryption, parent
 from ._version import __version__
 from .proxy import Proxy
 
@@ -95,6 +95,7 @@ class KlbrKernelApp(JupyterApp):
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, proxy.request_shutdown)
         loop.add_signal_handler(signal.SIGINT, proxy.request_interrupt)
+        parent.watch(loop, proxy.request_shutdown)
         # What start-up built lives as long as the kernel: keep it out of every later collection,
         # so a full collection in the middle of a cell walks only what cells allocate. (No collect
         # first: the imports left no garbage, and it would cost 20 ms before the sockets are bound.)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import os
 import signal
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -259,3 +261,39 @@ def test_shutdown_answers_a_cell_whose_outcome_is_still_committing(tmp_path):
             msg = kc.get_shell_msg(timeout=30)
             answers[msg["parent_header"]["msg_id"]] = msg["content"]["status"]
         assert answers == {held: "ok", queued: "aborted"}
+
+
+LAUNCHER = """
+import sys
+from jupyter_client import KernelManager
+km = KernelManager(kernel_name="klbr")
+km.start_kernel()
+kc = km.client()
+kc.start_channels()
+kc.wait_for_ready(timeout=60)
+msg_id = kc.execute("import os; os.getpid()")
+while True:
+    msg = kc.get_iopub_msg(timeout=30)
+    if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "execute_result":
+        break
+print(km.provisioner.process.pid, msg["content"]["data"]["text/plain"], flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+def test_a_kernel_whose_launcher_is_killed_ends_with_its_workers():
+    """As ipykernel ends when the process in JPY_PARENT_PID does: a Jupyter server or papermill run
+    that is SIGKILLed must not leave kernels (and their workers' memory) behind."""
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                                text=True)
+    try:
+        kernel, worker = map(int, launcher.stdout.readline().split())
+    finally:
+        launcher.kill()
+        launcher.wait()
+    try:
+        assert process_gone(kernel, timeout=15), "the kernel outlived the process that started it"
+        assert process_gone(worker, timeout=5)
+    finally:
+        kill_quietly(kernel)
+        kill_quietly(worker)
