@@ -82,6 +82,7 @@ class Generation:
         self.started = time.time()
         # A worker elsewhere gets a key of its own, and its traffic is re-signed (`resign`).
         self._resigner: Resigner | None = None
+        self._proxy_session = session.session  # what its worker is started with, key shared or not
         if not placement.shares_key:
             own = Session(key=os.urandom(32).hex().encode("ascii"), signature_scheme=session.signature_scheme,
                           username=session.username)
@@ -145,11 +146,10 @@ class Generation:
             context=zmq.asyncio.Context.shadow(self._zmq.underlying),
             runtime_dir=self._runtime_dir, number=self.number, reaper=self._reaper,
             on_exit=self._process_exited, log=self.log)
-        # Same key and session id as the proxy: its messages go to the frontend untouched. An ssh://
-        # worker is an ipykernel too (its agent starts it), with its own key and session.
-        extra = list(self._worker_args) if self.placement.kind == "ssh" else []
-        if self.shares_key and takes_ipykernel_options(self.kernel_name):
-            extra = [f"--Session.session={self._session.session}", *self._worker_args]
+        # The proxy's session id (and key, when shared: its messages go on untouched); ssh://'s too.
+        extra = []
+        if self.placement.kind == "ssh" or (self.shares_key and takes_ipykernel_options(self.kernel_name)):
+            extra = [f"--Session.session={self._proxy_session}", *self._worker_args]
         env = {**self.placement.environ(), **self.host.environ()}  # never argv: the key is a secret
         try:
             async with asyncio.timeout_at(deadline):

@@ -82,13 +82,13 @@ class EarlySsh:
 
     host = None  # no host channel on ssh://
 
-    def __init__(self, launch, process: subprocess.Popen, runtime_dir: str):
+    def __init__(self, launch, process: subprocess.Popen, runtime_dir: str, session_id: str):
         import threading  # only here: the local prelaunch waits for no import
 
         self.launch = launch  # `ssh_launch.Launch`: what it was started with
         self.process = process
         self.runtime_dir = runtime_dir
-        self.session_id = new_id()  # its worker's messages are re-signed: any id will do
+        self.session_id = session_id  # the proxy's, which its kernel is started with
         # Its lease is renewed from here until the generation adopts it (`adopted`), as the
         # generation renews it after: a link that stalls meanwhile ends the remote kernel in
         # `link_timeout`, as always. Writes never block: a stalled ssh takes none.
@@ -114,11 +114,13 @@ class EarlySsh:
         self._stop.set()
         self._renewing.join()
 
-    def matches(self, placement, ssh: tuple[list[str], list[str]], link_timeout: float, args) -> bool:
+    def matches(self, placement, ssh: tuple[list[str], list[str]], link_timeout: float, args,
+                session_id: str) -> bool:
         """Whether the configuration (config files included) asks for this very launch."""
         launch = self.launch
         return (launch.placement == placement and (launch.ssh_command, launch.ssh_options) == tuple(ssh)
-                and launch.link_timeout == link_timeout and launch.args == list(args))
+                and launch.link_timeout == link_timeout
+                and launch.args == [f"--Session.session={session_id}", *args])
 
     def discard(self) -> None:
         """Another first worker is configured, or none will be: ssh goes, and with its stdin the
@@ -252,16 +254,17 @@ def _start_ssh(argv: list[str], info: dict, runtime: str) -> EarlySsh | None:
     if any(len(v) > 1 for v in given.values()) or (len(options) == 1 and options[0][:1] in "[("):
         _end(None, runtime)  # what traitlets refuses, or reads as a Python literal: the app's to read
         return None
+    session_id = new_id()  # the proxy's from now on (see `early`), so its kernel's headers need no rewrite
     try:
         launch = Launch(parse(given["placement"][0]), split((given["ssh_command"] or ["ssh"])[0]), options,
                         float((given["link_timeout"] or [LINK_TIMEOUT])[0]),
-                        os.path.join(runtime, "ssh1"), os.urandom(32).hex(),
-                        info.get("signature_scheme", "hmac-sha256"), list(NO_IPYTHON_HISTORY))
+                        os.path.join(runtime, "ssh1"), os.urandom(32).hex(), info.get("signature_scheme", "hmac-sha256"),
+                        [f"--Session.session={session_id}", *NO_IPYTHON_HISTORY])
         process = launch.spawn()
     except (PlacementError, ValueError, OSError):
         _end(None, runtime)
         return None  # the supervisor starts it, and says what is wrong
-    return EarlySsh(launch, process, runtime)
+    return EarlySsh(launch, process, runtime, session_id)
 
 
 def discard() -> None:

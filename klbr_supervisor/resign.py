@@ -30,6 +30,9 @@ class Resigner:
         """`worker` holds the generation's key (after the launch: a provisioner may have set it)."""
         self.worker = worker
         self.frontend = frontend
+        # A worker started with the proxy's session id (ssh://: `--Session.session`) writes it in
+        # every header as jupyter_client packs JSON: such a header goes on as it is, unparsed.
+        self._ours = f'"session": "{frontend.session}"'.encode()
 
     def from_worker(self, frames: list) -> list:
         """Frames as the worker sent them -> frames as a shared-key worker would have sent them.
@@ -44,9 +47,12 @@ class Resigner:
             raise ValueError(f"{len(body)} frames after the delimiter, at least 5 expected")
         if not compare_digest(body[0], self.worker.sign(body[1:5])):
             raise BadSignature("signature does not match the generation's key")
-        header = json.loads(body[1])
-        header["session"] = self.frontend.session
-        signed = [json.dumps(header).encode(), body[2], body[3], body[4]]
+        header = body[1]
+        if not (self._ours in header and header.count(b'"session"') == 1):
+            parsed = json.loads(header)
+            parsed["session"] = self.frontend.session
+            header = json.dumps(parsed).encode()
+        signed = [header, body[2], body[3], body[4]]
         return [*frames[:i], DELIM, self.frontend.sign(signed), *signed, *frames[i + 6 :]]
 
     def to_worker(self, frames: list) -> list:

@@ -85,7 +85,7 @@ class Supervisor(SupervisorSettings):
         self._reaper: Reaper | None = None
         worker = prelaunch.current()
         if isinstance(worker, prelaunch.EarlySsh):
-            wanted = worker.matches(self.where, self.ssh, self.link_timeout, self.worker_args)
+            wanted = worker.matches(self.where, self.ssh, self.link_timeout, self.worker_args, session.session)
         else:
             wanted = worker is not None and not (self.worker_kernel or self.where.kind != "local"
                                                  or self.ipython_history or worker.session_id != session.session)

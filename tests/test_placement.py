@@ -60,6 +60,34 @@ def test_specs_are_parsed_or_refused_with_the_reason():
             parse(spec)
 
 
+def test_a_resigned_message_carries_the_proxys_session_and_only_a_good_signature_passes():
+    """What a worker with its own key sends reaches the frontend as a shared-key worker's would: the
+    proxy's session id in its header (left as it is when the worker already writes it: ssh://
+    starts its kernels so), signed with the frontend's key; a wrong signature never passes."""
+    from jupyter_client.session import Session
+
+    from klbr_supervisor.resign import BadSignature, Resigner
+
+    frontend = Session(key=b"frontend")
+    for worker_session in (frontend.session, "another-session"):
+        worker = Session(key=b"worker", session=worker_session)
+        resigner = Resigner(worker, frontend)
+        sent = worker.msg("status", {"execution_state": "idle"})
+        frames = resigner.from_worker([b"ident", *worker.serialize(sent)])
+        got = frontend.deserialize(frontend.feed_identities(frames)[1])  # checks the frontend's signature
+        assert got["header"]["session"] == frontend.session and got["header"]["msg_id"] == sent["header"]["msg_id"]
+        assert got["content"] == {"execution_state": "idle"}
+    twice = worker.serialize(worker.msg("status", {}))  # a header that names a session twice is parsed
+    twice[2] = twice[2].replace(b"{", ('{"x": {"session": "%s"}, ' % frontend.session).encode(), 1)
+    twice[1] = worker.sign(twice[2:6])
+    header = json.loads(frontend.feed_identities(resigner.from_worker(twice))[1][1])
+    assert header["session"] == frontend.session
+    forged = worker.serialize(worker.msg("status", {}))
+    forged[1] = b"0" * len(forged[1])
+    with pytest.raises(BadSignature):
+        resigner.from_worker(forged)
+
+
 def test_python_placement_is_a_visible_new_generation(tmp_path, other_python):
     db = tmp_path / "log.sqlite3"
     with start_kernel(env={"KLBR_DB": str(db)}) as (km, kc):
