@@ -182,6 +182,19 @@ def worker_pid(kc) -> int:
     return int(next(m for m in outputs if m["msg_type"] == "execute_result")["content"]["data"]["text/plain"])
 
 
+def processes(match) -> list[int]:
+    """The live processes whose command line (a list of its words, bytes) `match` accepts."""
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if match(words):
+            found.append(int(pid))
+    return found
+
+
 def process_gone(pid: int, timeout: float = 5.0) -> bool:
     """True once `pid` no longer exists (or is a zombie nobody has reaped yet)."""
     deadline = time.monotonic() + timeout

@@ -12,7 +12,7 @@ from pathlib import Path
 from jupyter_client.manager import KernelManager
 from jupyter_client.session import Session
 
-from conftest import (collect, drain, execute, kill_quietly, process_gone, results, standby, start_kernel, stream_text,
+from conftest import (collect, drain, execute, kill_quietly, process_gone, processes, results, standby, start_kernel, stream_text,
                       until, worker_pid)
 
 
@@ -209,14 +209,7 @@ def test_a_config_file_worker_replaces_the_prelaunched_one(tmp_path):
         # The prelaunched worker (`python -m klbr_supervisor.worker PROXY_PID ...`) is gone while
         # the kernel serves, not only with it: the supervisor ends it before its first generation.
         proxy = str(km.provisioner.process.pid).encode()
-        early = []
-        for pid in filter(str.isdigit, os.listdir("/proc")):
-            try:
-                words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-            except OSError:
-                continue
-            if b"klbr_supervisor.worker" in words and proxy in words:
-                early.append(pid)
+        early = processes(lambda words: b"klbr_supervisor.worker" in words and proxy in words)
         assert not early, early
 
 

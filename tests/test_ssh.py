@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import collect, execute, process_gone, results, start_kernel, stream_text, until, value, wait_for_stream, worker_pid
+from conftest import collect, execute, process_gone, processes, results, start_kernel, stream_text, until, value, wait_for_stream, worker_pid
 from sshd import SSHD, Sshd, signal_quietly
 
 ROOT = Path(__file__).parent.parent
@@ -134,15 +134,7 @@ def test_a_remote_kernel_that_exits_is_worker_lost_and_replaced_on_the_same_host
 
 def _remote_kernels(flag: bytes) -> list[int]:
     """Remote kernels (here: processes of REMOTE_PYTHON with a connection file) started with `flag`."""
-    found = []
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            words = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
-        except OSError:
-            continue
-        if words[0] == bytes(REMOTE_PYTHON) and b"-f" in words and flag in words:
-            found.append(int(pid))
-    return found
+    return processes(lambda words: words[0] == bytes(REMOTE_PYTHON) and b"-f" in words and flag in words)
 
 
 def test_a_config_file_that_asks_for_another_first_worker_is_honoured_and_the_early_ssh_leaves_nothing(tmp_path, sshd):
