@@ -7,7 +7,6 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 from jupyter_client.manager import KernelManager
 from jupyter_client.session import Session
