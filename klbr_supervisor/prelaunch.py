@@ -43,17 +43,22 @@ def worker_command(connection_file: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "klbr_supervisor.worker", str(os.getpid()), "-f", connection_file, *args]
 
 
+def end_process(process: subprocess.Popen) -> None:
+    """Kill a process started in a session of its own, with its group; reap it, close its pipes."""
+    try:
+        os.killpg(process.pid, signal.SIGKILL)
+    except OSError:
+        pass
+    process.wait()
+    for pipe in (process.stdin, process.stdout, process.stderr):
+        if pipe:
+            pipe.close()
+
+
 def _end(process: subprocess.Popen | None, runtime_dir: str) -> None:
     """End a first worker that is not wanted after all, and leave nothing of it."""
     if process is not None:
-        try:
-            os.killpg(process.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        process.wait()
-        for pipe in (process.stdin, process.stdout, process.stderr):
-            if pipe:
-                pipe.close()
+        end_process(process)
     try:
         for name in os.listdir(runtime_dir):
             os.unlink(os.path.join(runtime_dir, name))
@@ -70,6 +75,12 @@ class Prelaunched:
         self.connection_file = connection_file
         self.session_id = session_id
         self.host = host  # its host channel's endpoint, token and key (see `klbr_supervisor.host`)
+
+    def matches(self, settings, session_id: str) -> bool:
+        """Whether the configuration (config files included) asks for this very worker: the
+        default one, with the session id the proxy speaks as."""
+        return (not (settings.worker_kernel or settings.where.kind != "local" or settings.ipython_history)
+                and self.session_id == session_id)
 
     def discard(self) -> None:
         """Not wanted after all (the configuration asks for another worker): end it, leave nothing."""
@@ -114,13 +125,12 @@ class EarlySsh:
         self._stop.set()
         self._renewing.join()
 
-    def matches(self, placement, ssh: tuple[list[str], list[str]], link_timeout: float, args,
-                session_id: str) -> bool:
+    def matches(self, settings, session_id: str) -> bool:
         """Whether the configuration (config files included) asks for this very launch."""
         launch = self.launch
-        return (launch.placement == placement and (launch.ssh_command, launch.ssh_options) == tuple(ssh)
-                and launch.link_timeout == link_timeout
-                and launch.args == [f"--Session.session={session_id}", *args])
+        return (launch.placement == settings.where and (launch.ssh_command, launch.ssh_options) == settings.ssh
+                and launch.link_timeout == settings.link_timeout
+                and launch.args == [f"--Session.session={session_id}", *settings.worker_args])
 
     def discard(self) -> None:
         """Another first worker is configured, or none will be: ssh goes, and with its stdin the

@@ -93,9 +93,8 @@ class Launch:
             except BrokenPipeError:
                 pass  # ssh has ended already: its exit status and stderr say why
         except BaseException:
-            os.killpg(process.pid, 9)
-            process.wait()
-            for pipe in (process.stdin, process.stdout, process.stderr):
-                pipe.close()
+            from .prelaunch import end_process
+
+            end_process(process)
             raise
         return process

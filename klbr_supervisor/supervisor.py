@@ -84,16 +84,11 @@ class Supervisor(SupervisorSettings):
         self._zmq = zmq.Context.instance()
         self._reaper: Reaper | None = None
         worker = prelaunch.current()
-        if isinstance(worker, prelaunch.EarlySsh):
-            wanted = worker.matches(self.where, self.ssh, self.link_timeout, self.worker_args, session.session)
-        else:
-            wanted = worker is not None and not (self.worker_kernel or self.where.kind != "local"
-                                                 or self.ipython_history or worker.session_id != session.session)
-        if worker is not None and not wanted:
+        if worker is not None and not worker.matches(self, session.session):
             prelaunch.discard()  # the configuration (a config file) asks for another first worker
-        worker = worker if wanted else None
+            worker = None
         self._early_ssh = worker if isinstance(worker, prelaunch.EarlySsh) else None  # its SshWorker takes it
-        self._first_kernel = (PRELAUNCHED if worker is not None and not self._early_ssh
+        self._first_kernel = (PRELAUNCHED if isinstance(worker, prelaunch.Prelaunched)
                               else kernel_name_for(self.where, self.worker_kernel))
         self._runtime_dir = worker.runtime_dir if worker is not None else tempfile.mkdtemp(prefix="klbr-")
         self._first_host = worker.host if worker is not None else None
