@@ -100,12 +100,15 @@ def start_kernel(name: str = "klbr", extra_arguments: list[str] | None = None, e
 
 
 @contextmanager
-def raw_socket(km, channel: str, identity: bytes | None = None):
+def raw_socket(km, channel: str, identity: bytes | None = None, options: dict | None = None):
     """A socket of the test's own on one of the kernel's channels, and a Session signing with the
-    kernel's key: for messages no jupyter_client call sends (hostile, resent, late)."""
+    kernel's key: for messages no jupyter_client call sends (hostile, resent, late). `options` are
+    set before it connects (libzmq gives a pipe the high-water marks set when it is made)."""
     info = km.get_connection_info()
     sock = zmq.Context.instance().socket(zmq.SUB if channel == "iopub" else zmq.DEALER)
     sock.linger = 0
+    for option, value in (options or {}).items():
+        sock.setsockopt(option, value)
     if channel == "iopub":
         sock.setsockopt(zmq.SUBSCRIBE, b"")
     if identity is not None:

@@ -65,8 +65,9 @@ def _flood(tmp_path, code: str, timeout: float = 600):
     with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
         execute(kc, "pass")
         kernel_pid = km.provisioner.process.pid
-        with raw_socket(km, "iopub") as (sock, _):
-            sock.setsockopt(zmq.RCVHWM, 0)
+        # No receive limit: the client's queue holds whatever its reader has not taken yet, so the
+        # kernel never sees a slow reader (set after the connect, it would leave the pipe at 1000).
+        with raw_socket(km, "iopub", options={zmq.RCVHWM: 0}) as (sock, _):
             reader = Reader(sock)
             reader.start()
             reader.started.wait()
