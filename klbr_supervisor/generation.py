@@ -102,6 +102,8 @@ class Generation:
         self._loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int | None] = self._loop.create_future()
         self._ended: asyncio.Future[Ending] = self._loop.create_future()
+        # Once it serves, its identity asked (of a worker elsewhere): `wait_started` reads it whole.
+        self._served: asyncio.Future[None] = self._loop.create_future()
         self._end_reason: EndReason | None = None
         self._drain_task: asyncio.Task | None = None
         # A worker that does not share the frontend's key may run elsewhere: its link is watched
@@ -190,6 +192,7 @@ class Generation:
                 return False
         self._set_state(GenerationState.READY, "answered kernel_info")
         self.state_was_ready = True
+        self._served.set_result(None)
         if not self.shares_key and self._link_timeout > 0:  # from now on, silence is a lost link
             self._link = LinkWatch(f"gen{self.number}", self._zmq, endpoint(info, "hb"), self._link_timeout,
                                    self._link_lost)
@@ -242,8 +245,8 @@ class Generation:
         return self._channels.send(channel, frames)
 
     async def wait_started(self) -> bool:
-        """Until it serves (True) or has ended without serving (False)."""
-        await asyncio.wait({self._readiness.ready, self._ended}, return_when=asyncio.FIRST_COMPLETED)
+        """Until it serves, its identity known (True), or has ended without serving (False)."""
+        await asyncio.wait({self._served, self._ended}, return_when=asyncio.FIRST_COMPLETED)
         return self.state_was_ready and self.ending is None
 
     def mark_busy(self, busy: bool) -> None:
