@@ -60,6 +60,7 @@ class Generation:
         placement: Placement,
         session: Session,
         worker_args: tuple[str, ...] = (),
+        worker_options: tuple[str, ...] = (),
         runtime_dir: str,
         zmq_context: zmq.Context,
         reaper: Reaper,
@@ -89,7 +90,8 @@ class Generation:
             self._resigner = Resigner(own, session)
             session = own
         self._session = session
-        self._worker_args = worker_args
+        self._worker_args = worker_args  # klbr's own, for an ipykernel it starts
+        self._worker_options = worker_options  # the user's, for any worker
         self._runtime_dir = runtime_dir
         self._zmq = zmq_context
         self._reaper = reaper
@@ -152,6 +154,8 @@ class Generation:
         extra = []
         if self.placement.kind == "ssh" or (self.shares_key and takes_ipykernel_options(self.kernel_name)):
             extra = [f"--Session.session={self._proxy_session}", *self._worker_args]
+        extra += self._worker_options  # the user's, on every placement (a kernelspec's: after its argv)
+        self.log.debug("generation %d: %s with %s", self.number, self.kernel_name, extra)
         env = {**self.placement.environ(), **self.host.environ()}  # never argv: the key is a secret
         try:
             async with asyncio.timeout_at(deadline):
