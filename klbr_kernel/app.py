@@ -1,7 +1,9 @@
 """`python -m klbr_kernel -f CONNECTION_FILE`: the kernel process Jupyter starts.
 
 Configuration is traitlets, the Jupyter convention: ``--Supervisor.cell_timeout=600`` on the command
-line, or ``jupyter_klbr_config.py`` anywhere on the Jupyter config path.
+line, or ``jupyter_klbr_config.py`` anywhere on the Jupyter config path. Options on the command line
+for any other class (IPython's, ipykernel's: ``--InteractiveShell.ast_node_interactivity=all``,
+``--pylab``) go to every worker (see `options`).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import gc
 import json
 import logging
 import os
+import shlex
 import signal
 
 from jupyter_client.session import Session
@@ -18,10 +21,11 @@ from jupyter_core.application import JupyterApp, base_aliases
 from traitlets import Int, TraitError, Unicode, default, validate
 
 from klbr_supervisor import prelaunch
+from klbr_supervisor.host import HostService
 from klbr_supervisor.store import Store
 from klbr_supervisor.supervisor import Supervisor
 
-from . import early, encryption, parent
+from . import early, encryption, options, parent
 from ._version import __version__
 from .proxy import Proxy
 
@@ -30,7 +34,7 @@ class KlbrKernelApp(JupyterApp):
     name = "jupyter-klbr"  # so the config file is jupyter_klbr_config.py
     version = __version__
     description = "The klbr proxy kernel: a supervised ipykernel that always answers."
-    classes = [Supervisor, Store]
+    classes = [Supervisor, Store, HostService]
 
     connection_file = Unicode("", config=True, help="The connection file the frontend wrote.")
     max_message_size = Int(
@@ -51,6 +55,28 @@ class KlbrKernelApp(JupyterApp):
     @default("log_level")
     def _log_level_default(self) -> int:
         return logging.WARNING
+
+    def own_sections(self) -> frozenset[str]:
+        """The config sections that are klbr's: its classes', and the frontend's `Session`'s (the
+        proxy's session; a worker's is klbr's to set)."""
+        return options.own_sections(type(self), *self.classes, Session)
+
+    def flatten_flags(self) -> tuple[dict, dict]:
+        """traitlets' tables for reading the command line (`parse_command_line` calls this first),
+        with ipykernel's flags and aliases under klbr's own when the line needs them."""
+        flags, aliases = super().flatten_flags()
+        if options.names_not_ours(self.argv, flags, aliases):
+            their_flags, their_aliases = options.ipykernel_tables()
+            flags, aliases = {**their_flags, **flags}, {**their_aliases, **aliases}
+        return flags, aliases
+
+    def worker_options(self) -> list[str]:
+        """What the command line (as traitlets read it) has for the workers, ``--Class.trait=value``."""
+        passed, withheld = options.for_workers(self.cli_config, self.own_sections())
+        if withheld:
+            self.log.warning("klbr kernel: not passed to workers (klbr sets their connection): %s",
+                             shlex.join(withheld))
+        return passed
 
     def start(self) -> None:
         # The level on the loggers themselves, so per-cell debug calls build no records at all: the
@@ -86,12 +112,15 @@ class KlbrKernelApp(JupyterApp):
         session_id = early.session_id() or (worker.session_id if worker else None)
         if session_id is not None:
             session.session = session_id
-        asyncio.run(self._serve(info, session))
+        worker_options = self.worker_options()
+        if worker_options:
+            self.log.info("klbr kernel: every worker gets %s", shlex.join(worker_options))
+        asyncio.run(self._serve(info, session, tuple(worker_options)))
 
-    async def _serve(self, info: dict, session: Session) -> None:
+    async def _serve(self, info: dict, session: Session, worker_options: tuple[str, ...]) -> None:
         # jupyter_server names the notebook a kernel serves; the cell log keys history by it.
         proxy = Proxy(info, session, parent=self, notebook=os.environ.get("JPY_SESSION_NAME") or None,
-                      max_message_size=self.max_message_size)
+                      max_message_size=self.max_message_size, worker_options=worker_options)
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, proxy.request_shutdown)
         loop.add_signal_handler(signal.SIGINT, proxy.request_interrupt)

@@ -26,6 +26,15 @@ def _identity(identity: dict | None) -> str:
             f"{identity.get('version')} at {identity.get('interpreter')}, cwd {identity.get('cwd')}")
 
 
+def _worker(identity: dict, language: str | None) -> str:
+    """A generation's worker in a few words, for the move messages: language and version, its
+    interpreter, its pid (a remote one's own)."""
+    what = " ".join(str(part) for part in (language or "kernel", identity.get("version")) if part)
+    where = f" at {identity['interpreter']}" if identity.get("interpreter") else ""
+    pid = identity.get("pid")
+    return f"{what}{where}, pid {pid if pid is not None else 'unknown'}"
+
+
 def history_text(supervisor: Supervisor, cell_log: CellLog, n: int) -> str:
     """`%klbr history [N]`: the notebook's last cells, with the ids `%klbr replay` takes."""
     if not cell_log.recording:
@@ -71,10 +80,9 @@ def _moved(what: str, old, new, supervisor: Supervisor) -> str:
         how = f": {new.ending.how}" if new is not None and new.ending is not None else ""
         tail = f"\n{new.ending.stderr_tail}" if new is not None and new.ending and new.ending.stderr_tail else ""
         raise MagicError(f"{before}; the new generation on {supervisor.where} did not start{how}{tail}")
-    identity = new.identity()
+    language = new.kernel_info.get("language_info", {}).get("name")
     return (f"{what}: {before}; generation {new.number} runs on {supervisor.where} "
-            f"(python {identity.get('version')} at {identity.get('interpreter')}, pid {new.pid}) "
-            "with a fresh namespace.\n")
+            f"({_worker(new.identity(), language)}) with a fresh namespace.\n")
 
 
 async def magic_output(magic: Magic, supervisor: Supervisor, cell_log: CellLog,

@@ -60,6 +60,7 @@ class Generation:
         placement: Placement,
         session: Session,
         worker_args: tuple[str, ...] = (),
+        worker_options: tuple[str, ...] = (),
         runtime_dir: str,
         zmq_context: zmq.Context,
         reaper: Reaper,
@@ -89,7 +90,8 @@ class Generation:
             self._resigner = Resigner(own, session)
             session = own
         self._session = session
-        self._worker_args = worker_args
+        self._worker_args = worker_args  # klbr's own, for an ipykernel it starts
+        self._worker_options = worker_options  # the user's, for any worker
         self._runtime_dir = runtime_dir
         self._zmq = zmq_context
         self._reaper = reaper
@@ -102,6 +104,8 @@ class Generation:
         self._loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int | None] = self._loop.create_future()
         self._ended: asyncio.Future[Ending] = self._loop.create_future()
+        # Once it serves, its identity asked (of a worker elsewhere): `wait_started` reads it whole.
+        self._served: asyncio.Future[None] = self._loop.create_future()
         self._end_reason: EndReason | None = None
         self._drain_task: asyncio.Task | None = None
         # A worker that does not share the frontend's key may run elsewhere: its link is watched
@@ -150,6 +154,8 @@ class Generation:
         extra = []
         if self.placement.kind == "ssh" or (self.shares_key and takes_ipykernel_options(self.kernel_name)):
             extra = [f"--Session.session={self._proxy_session}", *self._worker_args]
+        extra += self._worker_options  # the user's, on every placement (a kernelspec's: after its argv)
+        self.log.debug("generation %d: %s with %s", self.number, self.kernel_name, extra)
         env = {**self.placement.environ(), **self.host.environ()}  # never argv: the key is a secret
         try:
             async with asyncio.timeout_at(deadline):
@@ -190,6 +196,7 @@ class Generation:
                 return False
         self._set_state(GenerationState.READY, "answered kernel_info")
         self.state_was_ready = True
+        self._served.set_result(None)
         if not self.shares_key and self._link_timeout > 0:  # from now on, silence is a lost link
             self._link = LinkWatch(f"gen{self.number}", self._zmq, endpoint(info, "hb"), self._link_timeout,
                                    self._link_lost)
@@ -242,8 +249,8 @@ class Generation:
         return self._channels.send(channel, frames)
 
     async def wait_started(self) -> bool:
-        """Until it serves (True) or has ended without serving (False)."""
-        await asyncio.wait({self._readiness.ready, self._ended}, return_when=asyncio.FIRST_COMPLETED)
+        """Until it serves, its identity known (True), or has ended without serving (False)."""
+        await asyncio.wait({self._served, self._ended}, return_when=asyncio.FIRST_COMPLETED)
         return self.state_was_ready and self.ending is None
 
     def mark_busy(self, busy: bool) -> None:

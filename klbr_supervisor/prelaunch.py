@@ -26,9 +26,57 @@ import sys
 
 # Options that choose a different first worker: no prelaunch when they are on the command line.
 _OTHER_WORKER = ("Supervisor.worker_kernel", "Supervisor.placement", "Supervisor.ipython_history")
-# What an ipykernel worker is started with unless `Supervisor.ipython_history` is on: no IPython
-# history database. The cell log is the history; In, _ih, %history and %rerun still work in memory.
+# What an ipykernel worker is started with unless `Supervisor.ipython_history` is on, or the user's
+# own worker options say what IPython's history is (`history_args`): no IPython history database.
+# The cell log is the history; In, _ih, %history and %rerun still work in memory.
 NO_IPYTHON_HISTORY = ("--HistoryManager.enabled=False",)
+# The traitlets sections of klbr's own classes (and of the classes they derive from), and the names of
+# the app's flags and aliases: what the kernel's command line says to these is klbr's, the rest is
+# the workers' (`klbr_kernel.options`). Written out here because nothing may be imported before the
+# spawn; tests/test_worker_options.py checks them against the app.
+KLBR_SECTIONS = frozenset({
+    "KlbrKernelApp", "JupyterApp", "Application", "SingletonConfigurable", "LoggingConfigurable",
+    "Configurable", "HasTraits", "HasDescriptors", "Supervisor", "SupervisorSettings", "Store",
+    "HostService", "Session"})
+KLBR_NAMES = frozenset({"debug", "show-config", "show-config-json", "generate-config", "y", "log-level",
+                        "config", "f"})
+
+
+def worker_options(argv: list[str]) -> list[str] | None:
+    """The options for the workers on this command line, as the proxy will read them with traitlets
+    (`klbr_kernel.options`): each ``--Class.trait=value`` of a class not klbr's, in the same order.
+    None when there is anything else the prelaunch does not read (an ipykernel flag or alias, a value
+    after a space): the first worker then waits for the proxy, which reads them."""
+    found = []
+    for arg in argv:
+        if arg == "--":
+            break
+        if not arg.startswith("-"):
+            continue  # a value (of -f, of one of klbr's options), or a word traitlets leaves aside
+        name, eq, _ = arg.lstrip("-").partition("=")
+        if name in KLBR_NAMES or name.split(".", 1)[0] in KLBR_SECTIONS:
+            continue
+        if not (arg.startswith("--") and eq and "." in name):
+            return None
+        found.append(arg)
+    return sorted(found, key=lambda option: option.partition("=")[0])
+
+
+def history_args(options, keep_history: bool = False) -> tuple[str, ...]:
+    """What klbr adds to an ipykernel worker's command line about IPython's history, given the user's
+    worker `options` (``--Class.trait=value``): `NO_IPYTHON_HISTORY`, unless history is kept
+    (`Supervisor.ipython_history`) or the user says what it is. ``HistoryManager.enabled`` said by the
+    user replaces klbr's; so does a ``hist_file`` that names a database, which the user expects to be
+    written. ``hist_file=:memory:`` alone (what nbclient passes, so that no two kernels share a
+    sqlite file) keeps klbr's: no database at all, which is what it asks for, and the in-session
+    history works the same."""
+    for option in options:
+        name, _, text = option[2:].partition("=")
+        section, _, trait = name.rpartition(".")
+        if section in ("HistoryManager", "HistoryAccessor") and (
+                trait == "enabled" or (trait == "hist_file" and text.strip("'\"") != ":memory:")):
+            return ()
+    return () if keep_history else NO_IPYTHON_HISTORY
 
 
 def host_environ(runtime_dir: str) -> dict[str, str]:
@@ -69,8 +117,9 @@ def _end(process: subprocess.Popen | None, runtime_dir: str) -> None:
 
 class Prelaunched:
     def __init__(self, process: subprocess.Popen, runtime_dir: str, connection_file: str, session_id: str,
-                 host: dict[str, str]):
+                 host: dict[str, str], args: list[str]):
         self.process = process
+        self.args = args  # ipykernel's, after its connection file
         self.runtime_dir = runtime_dir
         self.connection_file = connection_file
         self.session_id = session_id
@@ -78,9 +127,10 @@ class Prelaunched:
 
     def matches(self, settings, session_id: str) -> bool:
         """Whether the configuration (config files included) asks for this very worker: the
-        default one, with the session id the proxy speaks as."""
+        default one, with the session id the proxy speaks as and the options it read for workers."""
         return (not (settings.worker_kernel or settings.where.kind != "local" or settings.ipython_history)
-                and self.session_id == session_id)
+                and self.session_id == session_id
+                and self.args == [f"--Session.session={session_id}", *settings.worker_args, *settings.worker_options])
 
     def discard(self) -> None:
         """Not wanted after all (the configuration asks for another worker): end it, leave nothing."""
@@ -130,7 +180,8 @@ class EarlySsh:
         launch = self.launch
         return (launch.placement == settings.where and (launch.ssh_command, launch.ssh_options) == settings.ssh
                 and launch.link_timeout == settings.link_timeout
-                and launch.args == [f"--Session.session={session_id}", *settings.worker_args])
+                and launch.args == [f"--Session.session={session_id}", *settings.worker_args,
+                                    *settings.worker_options])
 
     def discard(self) -> None:
         """Another first worker is configured, or none will be: ssh goes, and with its stdin the
@@ -224,6 +275,9 @@ def start(argv: list[str]) -> None:
     other = [opt for opt in _OTHER_WORKER if not (opt == "Supervisor.placement" and spec.startswith("ssh://"))]
     if path is None or any(opt in arg for arg in argv for opt in other) or os.environ.get("KLBR_NO_PRELAUNCH"):
         return
+    options = worker_options(argv)
+    if options is None:
+        return  # options for the worker that only the proxy reads: it starts the first one itself
     try:
         with open(path) as f:
             info = json.load(f)
@@ -236,8 +290,11 @@ def start(argv: list[str]) -> None:
     except OSError:
         return  # no usable temp dir here: the supervisor starts the worker itself (tempfile looks further)
     atexit.register(discard)
+    # The proxy's session id from now on (see `early`), so its worker's headers need no rewrite.
+    session_id = new_id()
+    args = [f"--Session.session={session_id}", *history_args(options), *options]  # after -f FILE
     if spec:
-        _started = _start_ssh(argv, info, runtime)
+        _started = _start_ssh(argv, info, runtime, session_id, args)
         return
     worker = {
         "transport": "ipc", "ip": os.path.join(runtime, "gen1"),
@@ -248,14 +305,14 @@ def start(argv: list[str]) -> None:
     conn = os.path.join(runtime, "worker-1.json")
     with open(os.open(conn, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         json.dump(worker, f)
-    session_id = new_id()
     host = host_environ(runtime)
-    process = subprocess.Popen(worker_command(conn, f"--Session.session={session_id}", *NO_IPYTHON_HISTORY),
-                               stderr=subprocess.PIPE, start_new_session=True, env={**os.environ, **host})
-    _started = Prelaunched(process, runtime, conn, session_id, host)
+    process = subprocess.Popen(worker_command(conn, *args), stderr=subprocess.PIPE, start_new_session=True,
+                               env={**os.environ, **host})
+    _started = Prelaunched(process, runtime, conn, session_id, host, args)
 
 
-def _start_ssh(argv: list[str], info: dict, runtime: str) -> EarlySsh | None:
+def _start_ssh(argv: list[str], info: dict, runtime: str, session_id: str, args: list[str]) -> EarlySsh | None:
+    """The first generation's ssh; its remote kernel is started with `args`."""
     from .placement import PlacementError, parse
     from .ssh_launch import LINK_TIMEOUT, Launch, split
 
@@ -264,12 +321,11 @@ def _start_ssh(argv: list[str], info: dict, runtime: str) -> EarlySsh | None:
     if any(len(v) > 1 for v in given.values()) or (len(options) == 1 and options[0][:1] in "[("):
         _end(None, runtime)  # what traitlets refuses, or reads as a Python literal: the app's to read
         return None
-    session_id = new_id()  # the proxy's from now on (see `early`), so its kernel's headers need no rewrite
     try:
         launch = Launch(parse(given["placement"][0]), split((given["ssh_command"] or ["ssh"])[0]), options,
                         float((given["link_timeout"] or [LINK_TIMEOUT])[0]),
                         os.path.join(runtime, "ssh1"), os.urandom(32).hex(), info.get("signature_scheme", "hmac-sha256"),
-                        [f"--Session.session={session_id}", *NO_IPYTHON_HISTORY])
+                        args)
         process = launch.spawn()
     except (PlacementError, ValueError, OSError):
         _end(None, runtime)

@@ -78,7 +78,8 @@ class ProvisionedWorker:
         self._helper = WorkerProcess(process, None, self._reaper, self._helper_exited)
         self._send(start={"kernel_name": self._kernel_name, "key": self._session.key.decode("ascii"),
                           "signature_scheme": self._session.signature_scheme, "env": env,
-                          "username": self._session.username, "connection_file": self._connection_file})
+                          "username": self._session.username, "connection_file": self._connection_file,
+                          "extra_arguments": list(extra_arguments)})
         return await asyncio.shield(self._started)
 
     async def interrupt(self) -> None:

@@ -6,7 +6,8 @@ no pidfd reaches. `provisioned.ProvisionedWorker` starts this file as
 ``python -m klbr_supervisor.provisioner_host REPORT_FD``, one per generation, and speaks JSON lines:
 
 - in, on stdin: ``{"start": {...}}`` first (kernelspec name, the generation's fresh key, env, the
-  connection file's path: never on the command line), then any of ``{"interrupt": 1}``,
+  connection file's path: never on the command line; the user's worker options, which go after the
+  kernelspec's argv), then any of ``{"interrupt": 1}``,
   ``{"terminate": 1}``, ``{"kill": 1}``;
 - out, on REPORT_FD: ``{"started": INFO, "pid": P, "pgid": G}`` (P and G only when the kernel is a
   process of this machine), or ``{"failed": TEXT}``; later ``{"exited": STATUS}``, only from the
@@ -53,7 +54,7 @@ class Host:
         self.km = AsyncKernelManager(kernel_name=spec["kernel_name"], session=session,
                                      connection_file=spec["connection_file"])
         try:
-            await self.km.start_kernel(env=spec["env"])
+            await self.km.start_kernel(env=spec["env"], extra_arguments=spec.get("extra_arguments") or [])
         except Exception as e:
             self.say(failed=f"{type(e).__name__}: {e}")
             self.now.set()

@@ -7,7 +7,7 @@ from __future__ import annotations
 from traitlets import Bool, Float, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
-from .prelaunch import NO_IPYTHON_HISTORY
+from .prelaunch import history_args
 from .ssh_launch import LINK_TIMEOUT, split
 
 
@@ -40,7 +40,9 @@ class SupervisorSettings(LoggingConfigurable):
     ipython_history = Bool(
         False, config=True,
         help="Let ipykernel workers keep IPython's own history database (history.sqlite). Off by default: "
-             "the cell log is the history, and each cell skips a second SQLite write (~1.5 ms of CPU).",
+             "the cell log is the history, and each cell skips a second SQLite write (~1.5 ms of CPU). "
+             "A HistoryManager.enabled, or a HistoryManager.hist_file other than :memory:, on the "
+             "kernel's command line decides instead.",
     )
     link_timeout = Float(
         LINK_TIMEOUT, config=True,
@@ -67,10 +69,15 @@ class SupervisorSettings(LoggingConfigurable):
         """`standby` as configured, else whether the current placement keeps a spare by default."""
         return self.standby if self.standby is not None else self.where.warm
 
+    # The user's options for the workers (``--Class.trait=value``, from the kernel's command line:
+    # `klbr_kernel.options`), which every generation's worker gets after klbr's own.
+    worker_options: tuple[str, ...] = ()
+
     @property
     def worker_args(self) -> tuple[str, ...]:
-        """What klbr's own ipykernel workers are started with, after their connection file."""
-        return () if self.ipython_history else NO_IPYTHON_HISTORY
+        """What klbr itself adds to its ipykernel workers' command line, after the session id and
+        before `worker_options`: IPython's history, as configured and as those options say."""
+        return history_args(self.worker_options, self.ipython_history)
 
     @property
     def ssh(self) -> tuple[list[str], list[str]]:

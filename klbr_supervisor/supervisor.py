@@ -42,10 +42,12 @@ class Supervisor(SupervisorSettings):
     """Configured as `Supervisor.*` (see `settings`)."""
 
     def __init__(self, listener: WorkerListener, *, session: Session, notebook: str | None = None,
-                 kernel_name: str | None = None, **kwargs):
+                 kernel_name: str | None = None, worker_options: tuple[str, ...] = (), **kwargs):
         """`session` carries the key, signature scheme and session id the workers share with the proxy;
-        `notebook` and `kernel_name` label this session in the store."""
+        `notebook` and `kernel_name` label this session in the store; `worker_options` go on every
+        worker's command line (`SupervisorSettings.worker_options`)."""
         super().__init__(**kwargs)
+        self.worker_options = tuple(worker_options)
         self.listener = listener
         self.session = session
         self.store = Store(parent=self)
@@ -85,7 +87,9 @@ class Supervisor(SupervisorSettings):
         self._reaper: Reaper | None = None
         worker = prelaunch.current()
         if worker is not None and not worker.matches(self, session.session):
-            prelaunch.discard()  # the configuration (a config file) asks for another first worker
+            # The configuration (a config file, options only traitlets read) asks for another one.
+            self.log.info("the first worker started early is not the one configured: discarded")
+            prelaunch.discard()
             worker = None
         self._early_ssh = worker if isinstance(worker, prelaunch.EarlySsh) else None  # its SshWorker takes it
         self._first_kernel = (PRELAUNCHED if isinstance(worker, prelaunch.Prelaunched)
@@ -122,6 +126,7 @@ class Supervisor(SupervisorSettings):
             placement=where,
             session=self.session.clone(),
             worker_args=self.worker_args,
+            worker_options=self.worker_options,
             runtime_dir=self._runtime_dir,
             zmq_context=self._zmq,
             reaper=self._reaper,

@@ -96,7 +96,10 @@ def test_python_placement_is_a_visible_new_generation(tmp_path, other_python):
         reply, outputs = execute(kc, f"%klbr placement python:{other_python}")
         assert reply["content"]["status"] == "ok", reply["content"]
         said = stream_text(outputs)
-        assert "generation 1 ended" in said and "generation 2 runs on" in said and str(other_python) in said
+        # What runs there, named: its interpreter, the version, the pid.
+        version = value(kc, "__import__('platform').python_version()")
+        assert (f"generation 1 ended; generation 2 runs on python:{other_python} "
+                f"(python {version} at {other_python}, pid {worker_pid(kc)})") in said, said
         assert value(kc, "__import__('sys').executable") == str(other_python)
         assert value(kc, "__import__('sys').prefix") == str(other_python.parent.parent)
         assert execute(kc, "kept")[0]["content"]["ename"] == "NameError"  # the namespace does not move

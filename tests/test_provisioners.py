@@ -177,6 +177,16 @@ def test_a_cut_network_is_placement_lost_never_rerun_and_no_second_kernel(tmp_pa
     assert [s for c, s in rows if c == "40 + 2"] == ["refused", "refused", "ok"]
 
 
+def test_options_for_workers_reach_a_provisioned_kernel_after_its_kernelspecs_argv(tmp_path):
+    """The provisioner's helper starts the kernel with the kernel's own command-line options for
+    workers, as jupyter_client adds extra arguments to a kernelspec's argv."""
+    specs, _ = _cuttable_spec(tmp_path, remote=True)
+    with on_cuttable(tmp_path, specs, "--InteractiveShell.ast_node_interactivity=all",
+                     "--InteractiveShellApp.exec_lines=spaced = 'a b  c'") as (km, kc):
+        assert results(execute(kc, "1\n2")[1]) == ["1", "2"]
+        assert value(kc, "spaced") == "a b  c"
+
+
 def test_a_provisioned_kernel_that_exits_is_worker_lost_only_when_its_exit_is_seen(tmp_path, cuttable):
     """A local process's exit is real: WorkerLost, and a new generation. A kernel whose process
     nobody here sees may as well be cut off: PlacementLost, and nothing starts until asked."""

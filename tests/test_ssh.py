@@ -132,6 +132,29 @@ def test_a_remote_kernel_that_exits_is_worker_lost_and_replaced_on_the_same_host
         assert value(kc, "get_ipython().history_manager.enabled") is False  # as generation 1
 
 
+def test_options_for_workers_reach_the_remote_kernels_command_line(tmp_path, sshd):
+    """IPython options on the kernel's command line are the remote ipykernel's too, word for word (a
+    value with spaces included: they travel in JSON to the agent, never through a shell); the ssh
+    started before the proxy's imports has them, and is kept. A move names what runs there."""
+    options = ["--HistoryManager.hist_file=:memory:", "--InteractiveShell.ast_node_interactivity=all",
+               "--InteractiveShellApp.exec_lines=spaced = 'a b  c'"]
+    log = tmp_path / "kernel.log"
+    with start_kernel(extra_arguments=[f"--Supervisor.placement={SPEC}", f"--Supervisor.ssh_options=-F{sshd.config}",
+                                       "--KlbrKernelApp.log_level=INFO", *options], log=log) as (km, kc):
+        for generation in (1, 2):
+            assert results(execute(kc, "1\n2")[1]) == ["1", "2"]
+            assert value(kc, "(str(get_ipython().history_manager.hist_file), get_ipython().history_manager.enabled, "
+                             "spaced)") == (":memory:", False, "a b  c")
+            argv = value(kc, "open('/proc/self/cmdline', 'rb').read().split(b'\\0')")
+            assert argv[-len(options) - 1:-1] == [option.encode() for option in options]
+            if generation == 1:
+                assert "discarded" not in log.read_text()  # the early launch was the one configured
+                reply, outputs = execute(kc, "%klbr reconnect", timeout=60)
+                version = value(kc, "__import__('platform').python_version()")
+                assert (f"generation 2 runs on {SPEC} (python {version} at {REMOTE_PYTHON}, pid {worker_pid(kc)})"
+                        in stream_text(outputs)), stream_text(outputs)
+
+
 def _remote_kernels(flag: bytes) -> list[int]:
     """Remote kernels (here: processes of REMOTE_PYTHON with a connection file) started with `flag`."""
     return processes(lambda words: words[0] == bytes(REMOTE_PYTHON) and b"-f" in words and flag in words)

@@ -53,3 +53,36 @@ def test_ipython_history_can_be_kept(tmp_path):
         _, outputs = execute(kc, "get_ipython().history_manager.enabled")
         assert _text(outputs) == "True"
     assert "marker_b = 1" in _ipython_db_codes(tmp_path)
+
+
+@pytest.mark.parametrize("option, enabled, database", [
+    # nbclient's: no sqlite file shared between kernels. klbr's workers keep none at all already.
+    ("--HistoryManager.hist_file=:memory:", False, None),
+    ("--HistoryManager.enabled=True", True, "profile_default/history.sqlite"),
+    ("--HistoryManager.hist_file={dir}/mine.sqlite", True, "mine.sqlite"),
+], ids=["memory", "enabled", "a-file"])
+def test_the_users_history_options_decide_over_klbrs_default(tmp_path, option, enabled, database):
+    """A HistoryManager option on the kernel's command line says what the user expects of IPython's
+    history, and klbr's default (no database) gives way to it, on the first worker and later ones."""
+    option = option.format(dir=tmp_path)
+    with start_kernel(extra_arguments=[option], env={"IPYTHONDIR": str(tmp_path)}) as (km, kc):
+        for marker in ("marker_c = 1", "marker_d = 1"):
+            execute(kc, marker)
+            _, outputs = execute(kc, "print(get_ipython().history_manager.enabled, get_ipython().history_manager.hist_file)")
+            hist_file = option.partition("=")[2] if "hist_file" in option else tmp_path / "profile_default" / "history.sqlite"
+            assert _text(outputs) == f"{enabled} {hist_file}\n"
+            execute(kc, "%klbr restart")
+    databases = [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.sqlite")]
+    assert databases == ([database] if database else [])
+    if database:
+        with sqlite3.connect(tmp_path / database) as conn:
+            codes = [row[0] for row in conn.execute("SELECT source_raw FROM history")]
+        assert "marker_c = 1" in codes and "marker_d = 1" in codes
+
+
+def test_a_config_files_supervisor_options_still_hold_beside_options_for_workers(tmp_path):
+    (tmp_path / "jupyter_klbr_config.py").write_text("c.Supervisor.ipython_history = True\n")
+    with start_kernel(extra_arguments=["--HistoryManager.hist_file=:memory:"],
+                      env={"IPYTHONDIR": str(tmp_path), "JUPYTER_CONFIG_DIR": str(tmp_path)}) as (km, kc):
+        _, outputs = execute(kc, "(get_ipython().history_manager.enabled, str(get_ipython().history_manager.hist_file))")
+        assert _text(outputs) == "(True, ':memory:')"
