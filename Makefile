@@ -42,11 +42,18 @@ ssh-deps:
 		(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; }
 
 # A second interpreter for `python:` placement tests and benchmarks: a venv with ipykernel and
-# nothing of klbr, as a user's other project would have.
+# nothing of klbr, as a user's other project would have. It holds the oldest ipykernel pyproject
+# admits (the main venv gets the newest), so the placement tests run klbr's worker bootstrap on
+# both ends of the range. The stamp is named for the pin: a new pin builds the venv anew.
 OTHER := .venv-ipykernel
-$(OTHER)/.ready:
-	test -x $(OTHER)/bin/python || $(PYTHON) -m venv $(OTHER)
-	$(OTHER)/bin/python -m pip install --quiet --disable-pip-version-check ipykernel
+OLDEST_IPYKERNEL := 6.29.0
+$(OTHER)/.ipykernel-$(OLDEST_IPYKERNEL):
+	rm -rf $(OTHER)
+	$(PYTHON) -m venv $(OTHER)
+	$(OTHER)/bin/python -m pip install --quiet --disable-pip-version-check ipykernel==$(OLDEST_IPYKERNEL)
+	touch $@
+
+$(OTHER)/.ready: $(OTHER)/.ipykernel-$(OLDEST_IPYKERNEL)
 	touch $@
 
 test: bytecode browser-deps ssh-deps $(OTHER)/.ready

@@ -16,7 +16,8 @@ token, a call id and the msg_id of the cell it runs under, and every reply is si
 A call that gets no reply in time is sent again with the same call id: the supervisor answers a
 repeated id from its record and carries out each call once. Calls are safe from several threads at
 once (a socket per thread); work handed to another thread carries the cell it was handed over in
-(see `_cell`), so a thread that outlives its cell is told `not_running`.
+(see `_cell`), so a thread that outlives its cell is told `not_running`. Nothing user code calls is
+replaced to know that: threading, `ThreadPoolExecutor` and their tracebacks are as under ipykernel.
 
 Wire format, both ways: [PROTOCOL, signature, payload]; payload is JSON. A request:
 {"call", "token", "cell", "method", "args"}; a reply: {"call", "ok": true, "result"} or
@@ -26,8 +27,8 @@ Wire format, both ways: [PROTOCOL, signature, payload]; payload is JSON. A reque
 from __future__ import annotations
 
 import concurrent.futures
+import concurrent.futures.thread
 import contextvars
-import functools
 import hashlib
 import hmac
 import json
@@ -77,56 +78,67 @@ _handed: contextvars.ContextVar[str | None] = contextvars.ContextVar("klbr_cell"
 def _cell() -> str | None:
     """The cell a call is made for: the cell during which the work making it was handed over.
 
-    Work is handed over at two points, both stamped with the cell running then: a thread created
-    (`Thread.__init__`: its target) and a callable submitted to a `ThreadPoolExecutor` (asyncio's
-    default executor is one), for as long as that callable runs. The innermost stamp wins; with none
-    (the main thread, a thread made before this module was imported), ipykernel's parent header.
+    Work is handed over at two points, both stamped with the cell running then: a thread started
+    (its whole run) and a callable submitted to a `ThreadPoolExecutor` (asyncio's default executor
+    is one), for as long as that callable runs. The innermost stamp wins; with none (the main
+    thread, a thread started before this module was imported), ipykernel's parent header.
 
-    Why not the parent header alone: in ipykernel 7 it is a context variable set in the context the
-    cell runs in, and a thread (before Python 3.14) starts in an empty context, where ipykernel falls
-    back to its global parent: the latest request, whichever cell that is. That is right for a pooled
-    thread running work submitted during the running cell, and wrong for a thread left over from an
-    earlier cell, which must be told `not_running`. A stamp on the thread alone is the opposite: a
-    pool's thread keeps the cell it was created in. Stamping each hand-over gets both right.
+    Why not the parent header alone: no ipykernel answers it right for both hand-overs. In
+    ipykernel 7 it is a context variable set in the context the cell runs in, and a thread (before
+    Python 3.14) starts in an empty context, where ipykernel falls back to its global parent: the
+    latest request, whichever cell that is. Right for pooled work submitted during the running cell;
+    wrong for a thread left over from an earlier cell, which must be told `not_running`. ipykernel
+    6.29 (as a stamp on the thread alone would) gives a thread the cell it started in: right for the
+    leftover thread, wrong for a pool's thread started in an earlier cell. Stamping each hand-over
+    gets both right.
     """
     handed = _handed.get()
     if handed is not None:
         return handed
-    if threading.current_thread() is not threading.main_thread():
-        stamped = getattr(threading.current_thread(), "_klbr_cell", None)
+    thread = threading.current_thread()
+    if thread is not threading.main_thread():
+        stamped = getattr(thread, "_klbr_cell", None)
         if stamped is not None:
             return stamped
     return _parent_msg_id()
 
 
-_thread_init = threading.Thread.__init__
+# The hand-overs are seen where the standard library itself passes them on, below anything user
+# code calls: user code sees `Thread.__init__`, `Thread.start`, `ThreadPoolExecutor.submit` and the
+# tracebacks of pooled work exactly as under ipykernel. A `sys.addaudithook` on the thread start
+# would replace nothing, but it cannot be removed and runs for every audited event of the process:
+# a Python hook made `id()` 8x slower here (28 -> 230 ns), and it sees no pooled hand-over at all.
+
+def _starting(function, *args, **kwargs):
+    """`threading`'s own start of a thread's OS thread; its function is `Thread._bootstrap`, bound."""
+    thread = getattr(function, "__self__", None)
+    if isinstance(thread, threading.Thread):
+        thread._klbr_cell = _cell()  # an attribute, as ipykernel stamps threads: a subclass may be unhashable
+    return _start(function, *args, **kwargs)
 
 
-def _stamping_init(self, *args, **kwargs):
-    _thread_init(self, *args, **kwargs)
-    self._klbr_cell = _cell()
+class _HandedWork(concurrent.futures.thread._WorkItem):
+    """The work item `ThreadPoolExecutor.submit` makes (in the submitting thread) and a pool's
+    thread runs: it carries the cell it was submitted in."""
 
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._klbr_cell = _cell()
 
-_submit = concurrent.futures.ThreadPoolExecutor.submit
-
-
-def _stamping_submit(self, fn, /, *args, **kwargs):
-    cell = _cell()
-
-    @functools.wraps(fn)
-    def handed(*args, **kwargs):
-        token = _handed.set(cell)
+    def run(self, *args, **kwargs):
+        token = _handed.set(self._klbr_cell)
         try:
-            return fn(*args, **kwargs)
+            return super().run(*args, **kwargs)
         finally:
             _handed.reset(token)
 
-    return _submit(self, handed, *args, **kwargs)
 
-
-# From now on, threads and pooled work know the cell they were handed over in.
-threading.Thread.__init__ = _stamping_init
-concurrent.futures.ThreadPoolExecutor.submit = _stamping_submit
+# From now on, threads and pooled work know the cell they were handed over in. Python 3.11 and
+# 3.12 start a thread through `threading._start_new_thread`, 3.13 on through `_start_joinable_thread`.
+_START = "_start_joinable_thread" if hasattr(threading, "_start_joinable_thread") else "_start_new_thread"
+_start = getattr(threading, _START)
+setattr(threading, _START, _starting)
+concurrent.futures.thread._WorkItem = _HandedWork
 
 
 # -- the channel ------------------------------------------------------------------------------------

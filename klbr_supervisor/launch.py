@@ -21,7 +21,7 @@ from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import KernelProvisionerBase, LocalProvisioner
 
 from . import deathsig, prelaunch
-from .worker import BOOTSTRAP
+from .worker import BOOTSTRAP, NOTICE
 
 # The name under which `Supervisor.worker_kernel = ""` resolves: ipykernel on sys.executable.
 OWN_INTERPRETER = "klbr-own-python"
@@ -140,6 +140,25 @@ class PrelaunchedProvisioner(LocalProvisioner):
         return self.connection_info
 
 
+_NOTICE = NOTICE.encode()
+_noticed: set[bytes] = set()  # the bootstrap's lines this kernel has logged (see `worker.NOTICE`)
+
+
+def _said_once(data: bytes) -> bytes:
+    """`data` without the bootstrap's lines this kernel has logged already: every generation on an
+    ipykernel that lacks a patch target says so as it starts; the kernel's log says it once."""
+    if _NOTICE not in data:
+        return data
+    fresh = []
+    for line in data.splitlines(keepends=True):
+        if line.startswith(_NOTICE):
+            if line in _noticed:
+                continue
+            _noticed.add(line)
+        fresh.append(line)
+    return b"".join(fresh)
+
+
 class StderrTail:
     """Copies a worker's stderr through to ours and keeps its last `limit` bytes.
 
@@ -169,7 +188,7 @@ class StderrTail:
             self.close()
             return 0
         try:
-            sys.stderr.buffer.write(data)
+            sys.stderr.buffer.write(_said_once(data))
             sys.stderr.flush()
         except (AttributeError, OSError, ValueError):
             pass

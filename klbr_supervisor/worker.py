@@ -11,39 +11,79 @@ import sys
 
 from .deathsig import die_with
 
+# What the bootstrap says on its stderr when this ipykernel does not let it do its part, one line
+# per missing behaviour. The worker's stderr is copied to the kernel's (its log); `StderrTail`
+# copies each such line once per kernel, however many generations say it.
+NOTICE = "klbr worker: "
+
 # ipykernel, with an iopub that never drops: its queue toward a subscriber holds 1000 messages and
 # then loses what comes next, the cell's idle included. Its only subscriber is the proxy, which reads
 # everything (and bounds what it keeps for slow frontends, see `klbr_kernel.outbox`), so when the
 # proxy is starved of CPU while a cell floods, the worker keeps what it published instead. Code for
 # `python -c`, so that it runs on interpreters without klbr too (`python:` placements).
 #
+# Only the iopub socket loses its high-water mark: `IPKernelApp.init_iopub(context)` makes it from
+# the context it is handed (ipykernel 6.29 to 7.x: a PUB, or an XPUB), so that call is handed a
+# context whose PUB and XPUB sockets get SNDHWM 0 before they bind (libzmq copies a socket's options
+# into its listener at bind: set later, the option would not reach the proxy's connection). The
+# sockets IOPubThread makes for itself and the subshells' pairs keep ipykernel's marks.
+#
 # Its stdout and stderr also flush by size: ipykernel buffers everything written between its 0.2 s
 # flushes and sends it as one message, so a cell printing 1 GiB in 64 KiB writes made one 1 GiB
-# message (the worker held three copies, the proxy one). Past FLUSH_AT bytes buffered, the writing
-# thread flushes and waits for the send, which also paces a flood to what the proxy takes.
+# message (the worker held three copies, the proxy one). Once FLUSH_AT characters were written to a
+# stream since the bootstrap last flushed it, the writing thread flushes and waits for the send,
+# which also paces a flood to what the proxy takes. The count is the bootstrap's own, over the public
+# `write` and `flush`: ipykernel's timed flushes in between only make a flush come early.
 FLUSH_AT = 1 << 20
 BOOTSTRAP = f"""\
 import runpy
+import sys
 import zmq
+def _absent(behaviour):
+    import ipykernel
+    print(f"{NOTICE}ipykernel {{ipykernel.__version__}} on {{sys.executable}}: {{behaviour}}",
+          file=sys.stderr, flush=True)
+class _IopubContext:
+    def __init__(self, context):
+        self._context = context
+        self.made = False
+    def socket(self, socket_type, *args, **kwargs):
+        socket = self._context.socket(socket_type, *args, **kwargs)
+        if socket_type in (zmq.PUB, zmq.XPUB):
+            socket.setsockopt(zmq.SNDHWM, 0)
+            self.made = True
+        return socket
+    def __getattr__(self, name):
+        return getattr(self._context, name)
+_KEEPS_HWM = ("iopub keeps ipykernel's high-water mark ({{}}): a cell that floods while the kernel is "
+              "starved of CPU may lose outputs, its idle included")
 from ipykernel.kernelapp import IPKernelApp
 _init_iopub = getattr(IPKernelApp, "init_iopub", None)
-if _init_iopub is not None:
+if callable(_init_iopub):
     def _lossless_iopub(self, context):
-        context.setsockopt(zmq.SNDHWM, 0)  # the sockets made from here on: iopub's, before it binds
-        _init_iopub(self, context)
+        handed = _IopubContext(context)
+        _init_iopub(self, handed)
+        if not handed.made:
+            _absent(_KEEPS_HWM.format("IPKernelApp.init_iopub made no PUB socket from the context it was handed"))
     IPKernelApp.init_iopub = _lossless_iopub
-try:
-    from ipykernel.iostream import OutStream
-    _write = OutStream.write
+else:
+    _absent(_KEEPS_HWM.format("IPKernelApp has no init_iopub"))
+from ipykernel import iostream
+_write = getattr(getattr(iostream, "OutStream", None), "write", None)
+if callable(_write):
+    _unflushed = {{}}
     def _write_bounded(self, string):
         written = _write(self, string)
-        buffers = getattr(self, "_buffers", None)
-        if buffers is not None and sum(b.tell() for b in list(buffers.values())) >= {FLUSH_AT}:
+        count = _unflushed.get(id(self), 0) + len(string)
+        if count >= {FLUSH_AT}:
+            count = 0
             self.flush()
+        _unflushed[id(self)] = count
         return written
-    OutStream.write = _write_bounded
-except Exception:
-    pass
+    iostream.OutStream.write = _write_bounded
+else:
+    _absent("stdout and stderr flush every 0.2 s only (ipykernel.iostream has no OutStream.write): "
+            "a cell that prints a flood sends it as one message")
 runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 """
 

@@ -34,6 +34,7 @@ def thorough(test):
 BEHAVIOURS = ("sigkill", "exit", "segfault", "ignore-sigint", "hang-in-c", "die-in-output", "complete",
               "exit-after-reply", "late-stdin", "output-then-die", "drops-is-complete", "noisy")
 _SPECS = tempfile.TemporaryDirectory(prefix="klbr-test-specs-")
+RUN_TMP = Path(_SPECS.name, "tmp")
 
 
 def benchmark(name: str):
@@ -60,10 +61,22 @@ def pytest_configure(config):
     os.environ["JUPYTER_PATH"] = os.pathsep.join(paths)
     # Every kernel of the run records into a database of the run, never the user's own.
     os.environ["KLBR_DB"] = str(Path(_SPECS.name, "klbr.sqlite3"))
+    # ... and makes its runtime directory in a temp dir of the run (see `no_runtime_dir_is_left`).
+    RUN_TMP.mkdir()
+    os.environ["TMPDIR"] = str(RUN_TMP)
 
 
 def pytest_unconfigure(config):
     _SPECS.cleanup()
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_runtime_dir_is_left():
+    """However the run's kernels ended (shut down, SIGKILLed: then their reaper removes it), none
+    leaves its runtime directory of sockets behind (DESIGN.md semantics 5)."""
+    yield
+    until(lambda: not list(RUN_TMP.glob("klbr-*")), 10,
+          f"runtime directories left in the run's TMPDIR: {sorted(p.name for p in RUN_TMP.glob('klbr-*'))}")
 
 
 def misbehaving(behaviour: str, *options: str, env: dict | None = None, log: Path | None = None):

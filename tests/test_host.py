@@ -11,18 +11,31 @@ import signal
 import sqlite3
 import time
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 
 from conftest import collect, execute, process_gone, results, start_kernel, stream_text, until, worker_pid
 from klbr_supervisor.host.record import LARGE, AnswerRecord
 
+ROOT = Path(__file__).parent.parent
+
+
+# The oldest ipykernel admitted, for `python:` (`make .venv-ipykernel/.ready`), and this source tree on
+# its path for the client: the host tests that depend on ipykernel's threads run on both ends.
+OLDEST = ROOT / ".venv-ipykernel" / "bin" / "python"
+ON_BOTH = pytest.mark.parametrize("where", ["local", "python"])
+
 
 @contextmanager
-def host_kernel(tmp_path, *options: str):
+def host_kernel(tmp_path, *options: str, where: str = "local"):
     workspace = tmp_path / "workspace"
     workspace.mkdir(exist_ok=True)
     env = {"KLBR_DB": str(tmp_path / "log.sqlite3"), "JPY_SESSION_NAME": str(workspace / "agent.ipynb")}
+    if where == "python":
+        assert OLDEST.exists(), f"{OLDEST} is missing: make .venv-ipykernel/.ready"
+        options = (f"--Supervisor.placement=python:{OLDEST}", *options)
+        env["PYTHONPATH"] = str(ROOT)
     with start_kernel(extra_arguments=[f"--HostService.workspace={workspace}", *options], env=env) as (km, kc):
         execute(kc, "from klbr_kernel import host")
         yield km, kc, workspace
@@ -198,8 +211,9 @@ def test_restart_and_relocate_take_effect_when_the_cell_ends(tmp_path, call):
     assert ("host_restart" in kinds) or ("host_relocate" in kinds)
 
 
-def test_a_thread_that_outlives_its_cell_is_not_running(tmp_path):
-    with host_kernel(tmp_path) as (km, kc, workspace):
+@ON_BOTH
+def test_a_thread_that_outlives_its_cell_is_not_running(tmp_path, where):
+    with host_kernel(tmp_path, where=where) as (km, kc, workspace):
         go = workspace / "go"
         execute(kc, "import os, threading, time\nlate = {}\n"
                     f"def later():\n    while not os.path.exists({str(go)!r}):\n        time.sleep(0.01)\n"
@@ -210,10 +224,11 @@ def test_a_thread_that_outlives_its_cell_is_not_running(tmp_path):
         assert value(kc, "late['code']") == "not_running"
 
 
-def test_a_pooled_thread_calls_for_the_cell_that_handed_it_work(tmp_path):
+@ON_BOTH
+def test_a_pooled_thread_calls_for_the_cell_that_handed_it_work(tmp_path, where):
     """A pool made in one cell and used in the next (and asyncio's default executor, used twice):
     each call is the running cell's."""
-    with host_kernel(tmp_path) as (km, kc, workspace):
+    with host_kernel(tmp_path, where=where) as (km, kc, workspace):
         execute(kc, "import asyncio, concurrent.futures\npool = concurrent.futures.ThreadPoolExecutor(1)\n"
                     "first = [pool.submit(host.inspect).result()['cell'],\n"
                     "         (await asyncio.get_running_loop().run_in_executor(None, host.inspect))['cell']]")
@@ -229,6 +244,28 @@ for use in (lambda: pool.submit(host.inspect).result(), lambda: asyncio.get_runn
         first, second, here = value(kc, "[first, second, here]")
         assert first[0] == first[1] != here
         assert second == [here, here]
+
+
+@ON_BOTH
+def test_user_code_sees_threading_as_under_ipykernel(tmp_path, where):
+    """Importing the client replaces nothing user code calls (what ipykernel itself wraps stays
+    ipykernel's), and pooled work that fails shows only its own frames below the pool's."""
+    env = {"KLBR_DB": str(tmp_path / "log.sqlite3")}
+    options = []
+    if where == "python":
+        options, env["PYTHONPATH"] = [f"--Supervisor.placement=python:{OLDEST}"], str(ROOT)
+    with start_kernel(extra_arguments=options, env=env) as (km, kc):
+        seen = "[threading.Thread.__init__, threading.Thread.start, threading.Thread.run, type(pool).submit, type(loop).run_in_executor]"
+        execute(kc, f"import asyncio, threading, concurrent.futures\npool = concurrent.futures.ThreadPoolExecutor(1)\n"
+                    f"loop = asyncio.get_running_loop()\nbefore = {seen}")
+        execute(kc, "from klbr_kernel import host")
+        assert value(kc, f"[a is b for a, b in zip(before, {seen})]") == [True] * 5
+        execute(kc, "import traceback\ndef fails():\n    raise ValueError('in the pool')\n"
+                    "try:\n    pool.submit(fails).result()\nexcept ValueError as e:\n"
+                    "    frames = [(f.filename, f.name) for f in traceback.extract_tb(e.__traceback__)]")
+        frames = value(kc, "frames")
+        assert frames[-2][1] == "run" and frames[-1][1] == "fails", frames  # the pool's own frame, then the work's
+        assert not [f for f, _ in frames if "klbr_kernel" in f], frames
 
 
 def test_a_call_from_an_ended_generation_is_stale(tmp_path):

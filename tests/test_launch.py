@@ -4,6 +4,7 @@ adoption of the prelaunched worker is no public provisioner (issue I, defects 6 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 from importlib.metadata import entry_points
 from pathlib import Path
@@ -43,7 +44,9 @@ def _reaper_of(proxy: int) -> int:
 def test_every_kind_of_worker_dies_with_the_kernel_by_its_own_death_signal(tmp_path, worker):
     (tmp_path / "jupyter_klbr_config.py").write_text(NO_PREEXEC)
     options = ["--Supervisor.worker_kernel=misbehaving-exit"] if worker == "a kernelspec" else []
-    with start_kernel(extra_arguments=options, env={"JUPYTER_CONFIG_DIR": str(tmp_path)}) as (km, kc):
+    tmp = tmp_path / "tmp"  # the kernel's own TMPDIR: with its reaper killed, nothing of klbr removes it
+    tmp.mkdir()
+    with start_kernel(extra_arguments=options, env={"JUPYTER_CONFIG_DIR": str(tmp_path), "TMPDIR": str(tmp)}) as (km, kc):
         if worker == "own interpreter":
             execute(kc, "%klbr restart")  # the supervisor launches this one, with preexec_fn refused
         _, outputs = execute(kc, DEATH_SIGNAL)
@@ -54,6 +57,7 @@ def test_every_kind_of_worker_dies_with_the_kernel_by_its_own_death_signal(tmp_p
         os.kill(proxy.pid, signal.SIGKILL)
         proxy.wait(timeout=5)
         assert process_gone(pid, timeout=5), "the worker outlived its kernel"
+    shutil.rmtree(tmp)  # the runtime directory the reaper would have removed
 
 
 def test_klbrs_adopting_provisioner_is_not_a_public_entry_point(tmp_path):

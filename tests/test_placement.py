@@ -1,7 +1,7 @@
 """Placement: the workbench on another interpreter or kernelspec, as a visible new generation.
 
-`make test` creates `.venv-ipykernel`, a venv with ipykernel and nothing of klbr (a user's other
-project); a venv without ipykernel is made here. `kernelspec:` runs through jupyter_client's
+`make test` creates `.venv-ipykernel`, a venv with the oldest ipykernel klbr admits and nothing of
+klbr (a user's other project; the main venv has the newest); a venv without ipykernel is made here. `kernelspec:` runs through jupyter_client's
 provisioner with a fresh key per generation, re-signed by the proxy.
 """
 
@@ -20,7 +20,8 @@ import pytest
 
 from klbr_supervisor.placement import PlacementError, parse
 
-from conftest import collect, execute, process_gone, results, start_kernel, status_rows, stream_text, until, value, wait_for_stream, worker_pid
+from conftest import (collect, execute, process_gone, results, standby, start_kernel, status_rows, stream_text, until, value,
+                      wait_for_stream, worker_pid)
 
 ROOT = Path(__file__).parent.parent
 OTHER = ROOT / ".venv-ipykernel" / "bin" / "python"
@@ -295,3 +296,48 @@ def test_a_starved_kernel_loses_nothing_its_worker_publishes(tmp_path, other_pyt
         reply, outputs = collect(kc, msg_id, timeout=60)
         assert reply["content"]["status"] == "ok"
         assert stream_text(outputs).split() == [str(i) for i in range(5000)]
+
+
+@pytest.mark.parametrize("where", ["local", "python"])
+def test_only_the_iopub_socket_loses_its_high_water_mark(tmp_path, other_python, where):
+    """On the newest ipykernel (local) and the oldest admitted (python:): the socket toward the proxy
+    takes everything, the sockets ipykernel makes for itself keep their marks."""
+    with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        if where == "python":
+            assert execute(kc, f"%klbr placement python:{other_python}")[0]["content"]["status"] == "ok"
+        iopub, other = value(kc, "import zmq\nfrom ipykernel.kernelapp import IPKernelApp\n"
+                                 "app = IPKernelApp.instance()\n"
+                                 "(app.iopub_thread.socket.getsockopt(zmq.SNDHWM), app.context.socket(zmq.PAIR).getsockopt(zmq.SNDHWM))")
+        assert (iopub, other) == (0, 1000)
+
+
+# An ipykernel whose init_iopub makes its socket from its own context, not the one it is handed: as
+# a later ipykernel might. The bootstrap cannot lift the mark there, and must say so.
+INIT_IOPUB_ELSEWHERE = """\
+from ipykernel.kernelapp import IPKernelApp
+_init_iopub = IPKernelApp.init_iopub
+def init_iopub(self, context):
+    _init_iopub(self, self.context)
+IPKernelApp.init_iopub = init_iopub
+"""
+
+
+def test_a_worker_whose_ipykernel_lacks_a_patch_target_says_once_what_is_absent(tmp_path, other_python):
+    site = tmp_path / "site"
+    site.mkdir()
+    (site / "sitecustomize.py").write_text(INIT_IOPUB_ELSEWHERE)
+    python = tmp_path / "python"  # that interpreter, with the changed ipykernel
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={site} exec {other_python} "$@"\n')
+    python.chmod(0o755)
+    log = tmp_path / "kernel.log"
+    notice = f" on {other_python}: iopub keeps ipykernel's high-water mark"
+    with start_kernel(extra_arguments=[f"--Supervisor.placement=python:{python}"], log=log,
+                      env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        assert value(kc, "6 * 7") == 42  # it serves, with ipykernel's own iopub
+        until(lambda: notice in log.read_text(), 30, "the kernel's log says what is absent")
+        until(lambda: standby(kc) == "ready", 60, "the spare started, on the same interpreter")
+        assert execute(kc, "%klbr restart")[0]["content"]["status"] == "ok"
+        assert value(kc, "6 * 7") == 42  # a third worker, and each said it as it started
+    said = [line for line in log.read_text().splitlines() if line.startswith("klbr worker: ")]
+    assert len(said) == 1 and notice in said[0], said
+    assert "IPKernelApp.init_iopub made no PUB socket" in said[0] and "may lose outputs" in said[0]
