@@ -65,11 +65,12 @@ class CellLog:
         """A history_request's answer, from the log (across generations and sessions)."""
         return queries.history(self._store.reader(), content, self._store.session_id, notebook)
 
-    def recorded_execute(self, client_session: str, msg_id: str) -> tuple[str, dict | None] | None:
-        """(status, reply or None) of an execute this log has taken, in any session (semantics 9)."""
+    def recorded_execute(self, req: Request) -> queries.Taken | None:
+        """The execute this log took, in any session, under `req`'s client session and msg_id:
+        the same message if it was taken, else another that reused the msg_id (semantics 9)."""
         if not self.recording:
             return None
-        return queries.recorded_execute(self._store.reader(), client_session, msg_id)
+        return queries.recorded_execute(self._store.reader(), req.header.get("session", ""), req.msg_id, req.digest)
 
     def recent_cells(self, n: int, notebook: str | None) -> list:
         """This notebook's last `n` cells, with their store ids and output counts (`%klbr history`)."""
@@ -95,7 +96,7 @@ class CellLog:
 
     def start(self, req: Request, generation: int | None, then: Then) -> bool:
         """The cell's `running` row, committed before the worker sees it (semantics 3)."""
-        req.record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, generation)
+        req.record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, generation, req.digest)
         return self._store.cell_started(req.record, then)
 
     def output(self, req: Request, msg_type: str, content) -> None:
@@ -116,7 +117,7 @@ class CellLog:
         store = self._store
         if not self.is_cell(req) or not store.recording or store.paused:
             return True
-        record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, None)
+        record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, None, req.digest)
         status = cell_status(content)
         if status == "unknown":  # PlacementLost for a cell that never reached a worker: it never ran
             status = "refused"

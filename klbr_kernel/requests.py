@@ -66,6 +66,7 @@ class Request:
     channel: str
     wire: Wire
     content: dict = field(default_factory=dict)
+    digest: str = ""  # an execute's: what tells it from another with the same msg_id (`door.digest`)
     phase: Phase = Phase.QUEUED
     generation: Generation | None = None  # where it was sent
     reply: Wire | None = None  # the worker's reply
