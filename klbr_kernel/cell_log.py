@@ -1,7 +1,8 @@
 """Which requests are cells, and what the store records of them. The proxy's only door to the store.
 
 A cell is an execute that takes an execution count (store_history and not silent): variable
-explorers' silent executes are not cells. Statuses are the store's public vocabulary (`outcomes`).
+explorers' silent executes are not cells. Statuses are the store's public vocabulary, decided by
+`outcomes.cell_status` from what the proxy knows of the request, never from an error's name.
 `start`, `finish` and `answered` return True when the row is durable already; otherwise their `then`
 callback runs later, on the loop, once the write is committed or has failed (never inside the call).
 """
@@ -107,8 +108,9 @@ class CellLog:
     def finish(self, req: Request, content: dict, then: Then) -> bool:
         """The outcome of a recorded cell, `content` being the reply the frontend gets."""
         generation = req.generation.number if req.generation else None
-        return self._store.cell_finished(req.record, status=cell_status(content), count=content.get("execution_count"),
-                                  error=_error_text(content), reply=content, generation=generation, done=then)
+        status = cell_status(content, own=req.outcome, interrupted=req.interrupted)
+        return self._store.cell_finished(req.record, status=status, count=content.get("execution_count"),
+                                         error=_error_text(content), reply=content, generation=generation, done=then)
 
     def answered(self, req: Request, content: dict, then: Then, outputs: list[tuple[str, dict]] = ()) -> bool:
         """A cell that never reached a worker (aborted, refused, a `%klbr` line): one row, durable
@@ -118,8 +120,6 @@ class CellLog:
         if not self.is_cell(req) or not store.recording or store.paused:
             return True
         record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, None, req.digest)
-        status = cell_status(content)
-        if status == "unknown":  # PlacementLost for a cell that never reached a worker: it never ran
-            status = "refused"
+        status = cell_status(content, own=req.outcome, interrupted=False)
         return store.answered(record, status=status, count=content.get("execution_count"),
                               error=_error_text(content) or "", reply=content, outputs=outputs, done=then)
