@@ -59,7 +59,7 @@ def test_a_worker_really_lost_is_lost(tmp_path):
         assert reply["content"]["ename"] == "WorkerLost" and _status(db, reply) == "lost"
 
 
-def test_only_an_interrupt_klbr_delivered_is_interrupted_and_a_deadline_is_timeout(tmp_path):
+def test_only_an_interrupt_klbr_delivered_is_interrupted(tmp_path):
     db = tmp_path / "log.sqlite3"
     with start_kernel(env={"KLBR_DB": str(db)}) as (km, kc):
         msg_id = _running(kc, "import time\nprint('running', flush=True)\ntime.sleep(60)")
@@ -72,9 +72,14 @@ def test_only_an_interrupt_klbr_delivered_is_interrupted_and_a_deadline_is_timeo
         assert reply["content"]["ename"] == "KeyboardInterrupt" and _status(db, reply) == "interrupted"
         reply, _ = execute(kc, "raise KeyboardInterrupt")  # after an interrupt: nothing was sent for this one
         assert reply["content"]["ename"] == "KeyboardInterrupt" and _status(db, reply) == "error"
-        reply, _ = execute(kc, "%%klbr timeout=1\ntime.sleep(60)")
+
+
+def test_a_deadline_is_timeout_unless_the_cell_caught_its_interrupt(tmp_path):
+    db = tmp_path / "log.sqlite3"
+    with start_kernel(env={"KLBR_DB": str(db)}) as (km, kc):
+        reply, _ = execute(kc, "%%klbr timeout=1\nimport time\ntime.sleep(60)")
         assert reply["content"]["ename"] == "CellTimeout" and _status(db, reply) == "timeout"
         # The deadline's interrupt, caught: the cell ended as it chose, and that is its outcome.
-        reply, outputs = execute(kc, "%%klbr timeout=1\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
-                                     "    print('caught')\n'went on'")
+        reply, _ = execute(kc, "%%klbr timeout=1\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
+                               "    print('caught')\n'went on'")
         assert reply["content"]["status"] == "ok" and _status(db, reply) == "ok"
