@@ -64,6 +64,7 @@ class Answers:
         or a request whose generation ended."""
         proxy = self.proxy
         req.move(Phase.ANSWERED)
+        req.outcome = error.status if error is not None else "ok"
         if req.msg_type != "execute_request":
             content = {"status": "error", **error.content()} if error else {"status": "ok"}
             proxy.replies.own(req, content)
@@ -112,6 +113,7 @@ class Answers:
             return
         proxy.forget(req)
         req.move(Phase.ANSWERED)
+        req.outcome = "aborted"
         content = {"status": "aborted"}
         req.held.append(lambda: proxy.replies.own(req, content if req.msg_type in QUEUED else None))
         # At shutdown the answer goes out now (semantics 13); the row still lands, or the store's
@@ -187,7 +189,7 @@ class Answers:
     async def interrupt(self, req: Request) -> None:
         proxy = self.proxy
         proxy.replies.busy(req)
-        await proxy.supervisor.interrupt()
+        await proxy.interrupt()
         req.move(Phase.ANSWERED)
         proxy.replies.own(req, {"status": "ok"})
         req.move(Phase.DONE)

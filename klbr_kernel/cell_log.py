@@ -1,7 +1,8 @@
 """Which requests are cells, and what the store records of them. The proxy's only door to the store.
 
 A cell is an execute that takes an execution count (store_history and not silent): variable
-explorers' silent executes are not cells. Statuses are the store's public vocabulary (`outcomes`).
+explorers' silent executes are not cells. Statuses are the store's public vocabulary, decided by
+`outcomes.cell_status` from what the proxy knows of the request, never from an error's name.
 `start`, `finish` and `answered` return True when the row is durable already; otherwise their `then`
 callback runs later, on the loop, once the write is committed or has failed (never inside the call).
 """
@@ -65,11 +66,12 @@ class CellLog:
         """A history_request's answer, from the log (across generations and sessions)."""
         return queries.history(self._store.reader(), content, self._store.session_id, notebook)
 
-    def recorded_execute(self, client_session: str, msg_id: str) -> tuple[str, dict | None] | None:
-        """(status, reply or None) of an execute this log has taken, in any session (semantics 9)."""
+    def recorded_execute(self, req: Request) -> queries.Taken | None:
+        """The execute this log took, in any session, under `req`'s client session and msg_id:
+        the same message if it was taken, else another that reused the msg_id (semantics 9)."""
         if not self.recording:
             return None
-        return queries.recorded_execute(self._store.reader(), client_session, msg_id)
+        return queries.recorded_execute(self._store.reader(), req.header.get("session", ""), req.msg_id, req.digest)
 
     def recent_cells(self, n: int, notebook: str | None) -> list:
         """This notebook's last `n` cells, with their store ids and output counts (`%klbr history`)."""
@@ -95,7 +97,7 @@ class CellLog:
 
     def start(self, req: Request, generation: int | None, then: Then) -> bool:
         """The cell's `running` row, committed before the worker sees it (semantics 3)."""
-        req.record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, generation)
+        req.record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, generation, req.digest)
         return self._store.cell_started(req.record, then)
 
     def output(self, req: Request, msg_type: str, content) -> None:
@@ -106,8 +108,9 @@ class CellLog:
     def finish(self, req: Request, content: dict, then: Then) -> bool:
         """The outcome of a recorded cell, `content` being the reply the frontend gets."""
         generation = req.generation.number if req.generation else None
-        return self._store.cell_finished(req.record, status=cell_status(content), count=content.get("execution_count"),
-                                  error=_error_text(content), reply=content, generation=generation, done=then)
+        status = cell_status(content, own=req.outcome, interrupted=req.interrupted)
+        return self._store.cell_finished(req.record, status=status, count=content.get("execution_count"),
+                                         error=_error_text(content), reply=content, generation=generation, done=then)
 
     def answered(self, req: Request, content: dict, then: Then, outputs: list[tuple[str, dict]] = ()) -> bool:
         """A cell that never reached a worker (aborted, refused, a `%klbr` line): one row, durable
@@ -116,9 +119,7 @@ class CellLog:
         store = self._store
         if not self.is_cell(req) or not store.recording or store.paused:
             return True
-        record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, None)
-        status = cell_status(content)
-        if status == "unknown":  # PlacementLost for a cell that never reached a worker: it never ran
-            status = "refused"
+        record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, None, req.digest)
+        status = cell_status(content, own=req.outcome, interrupted=False)
         return store.answered(record, status=status, count=content.get("execution_count"),
                               error=_error_text(content) or "", reply=content, outputs=outputs, done=then)

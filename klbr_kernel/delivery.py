@@ -106,16 +106,19 @@ class Delivery:
         count = wire.content.get("execution_count")
         if req.counts and isinstance(count, int) and wire.content.get("status") != "aborted":
             proxy.supervisor.worker_count(count)
-        if proxy.supervisor.cells.timed_out(req.msg_id):
+        content = wire.content
+        if (proxy.supervisor.cells.timed_out(req.msg_id) and content.get("status") == "error"
+                and content.get("ename") == "KeyboardInterrupt"):
             # The deadline's interrupt worked: the namespace is kept, but the cell's outcome is the
-            # deadline, not a KeyboardInterrupt the user never pressed.
+            # deadline, not a KeyboardInterrupt the user never pressed. (A cell that caught it and
+            # went on to another end is answered with that end.)
             error = timeout_error(req.count, proxy.supervisor.policy.timeout_for(req.timeout), killed=False)
             content = {"status": "error", **error.content(), "execution_count": count}
-            req.reply_content = content
+            req.reply_content, req.outcome = content, error.status
             proxy.answers.output(req, "error", error.content())
             self._hold(req, lambda: proxy.replies.reply(req, content))
         else:
-            req.reply_content = wire.content
+            req.reply_content = content
             self._hold(req, lambda: self._forward_reply(req, wire))
         if req.record is not None and req is proxy.queue.inflight:
             # The outcome commits now, while the worker's idle is still on its way: usually it is
@@ -183,7 +186,7 @@ class Delivery:
         if req.msg_type == "execute_request":
             content["execution_count"] = req.count if req.count is not None else proxy.supervisor.counts.last
             proxy.answers.output(req, "error", error.content())
-        req.reply_content = content
+        req.reply_content, req.outcome = content, error.status
         self._hold(req, lambda: proxy.replies.reply(req, content))
         if req.record is not None and req is proxy.queue.inflight:
             self._commit(req)

@@ -3,8 +3,8 @@
 kernel_info, interrupt and shutdown are the proxy's own; subshell requests are refused; shell
 requests are queued (one in flight, semantics 11); comm messages, control requests for the worker
 and unknown types are forwarded at once (ipykernel serves comms during async cells); on stdin only
-an `input_reply` is taken, for the worker that asked. An execute already taken, on any channel, is
-answered from the record and never run again (semantics 9).
+an `input_reply` is taken, for the worker that asked. An execute sent again (the same message, on
+any channel) is answered from the record and never run again (semantics 9).
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ class Dispatch:
 
     def message(self, channel: str, wire: Wire) -> None:
         try:
-            req = door.admit(channel, wire)
+            req = door.admit(channel, wire, signed=self.proxy.session.auth is not None)
         except door.Refused as refused:
             self.proxy.guard(None, self._refuse, channel, wire, refused)
             return

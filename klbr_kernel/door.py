@@ -21,6 +21,7 @@ leave its reply, and every shell request queued behind it, waiting forever.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import re
 from datetime import datetime
@@ -71,8 +72,9 @@ class Refused(Exception):
         self.answerable = answerable
 
 
-def admit(channel: str, wire) -> Request:
-    """The `Request` for a verified message from the frontend, or `Refused`."""
+def admit(channel: str, wire, *, signed: bool) -> Request:
+    """The `Request` for a verified message from the frontend, or `Refused`; `signed`: the
+    `Frontend` checked its signature with a key (see `digest`)."""
     header = wire.header
     msg_type = header.get("msg_type")
     if not isinstance(msg_type, str) or not msg_type or len(msg_type) > _MAX_MSG_TYPE:
@@ -111,7 +113,23 @@ def admit(channel: str, wire) -> Request:
     problem = content_problem(msg_type, content)
     if problem is not None:
         raise Refused(problem)
-    return Request(channel, wire, content)
+    return Request(channel, wire, content, digest=digest(wire, signed) if msg_type == "execute_request" else "")
+
+
+def digest(wire, signed: bool) -> str:
+    """What makes an execute this message and no other (semantics 9): its msg_id alone does not,
+    since jupyter_client's `Session.clone()` starts every new client's message counter again.
+
+    Signed, its signature as received: an HMAC over its header, parent, metadata and content, which
+    the `Frontend` verified with the key. With no key its signature frame is whatever the client
+    put there (often empty), so a sha256 of its header and content as received stands in."""
+    if signed:
+        return bytes(wire.body[0]).decode("ascii")  # verified equal to a hex digest
+    header = bytes(wire.body[1])
+    summed = hashlib.sha256(len(header).to_bytes(8, "big"))
+    summed.update(header)
+    summed.update(bytes(wire.body[4]))
+    return "sha256:" + summed.hexdigest()
 
 
 def _nests(raw: bytes) -> bool:

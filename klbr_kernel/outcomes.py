@@ -1,8 +1,13 @@
 """The errors a request can end with: named once, with the store status each means, worded for the notebook.
 
 The names and statuses are part of the public contract (DESIGN.md, "Errors a cell can end with", and
-the store's cell statuses). `ERRORS` is the one table that ties an error name to its status and to the
-generation endings it reports; everything else is derived from it.
+the store's cell statuses). `ERRORS` is the one table that ties each of klbr's error names to the
+status it carries when klbr answers with it and to the generation endings it reports; everything else
+is derived from it (a refusal is `refused` whatever its name: nothing ran).
+
+A cell's status never comes from the name in a reply: a cell can raise its own `WorkerLost`. The
+proxy's own errors carry their status from where they are made (`CellError.status`); a worker's
+reply is `ok`, `aborted` or `error`, and `interrupted` only when klbr interrupted that cell.
 """
 
 from __future__ import annotations
@@ -14,7 +19,6 @@ from klbr_supervisor.states import Ending, EndReason
 
 # ename -> (the cell's status in the store, the endings of its generation it reports)
 ERRORS: dict[str, tuple[str, frozenset[EndReason]]] = {
-    "KeyboardInterrupt": ("interrupted", frozenset()),
     "CellTimeout": ("timeout", frozenset({EndReason.DEADLINE})),
     "WorkerLost": ("lost", frozenset({EndReason.LOST, EndReason.RESTART, EndReason.RELOCATED})),
     "WorkerKilled": ("killed", frozenset({EndReason.KILLED})),
@@ -30,18 +34,33 @@ _ENAME_BY_REASON = {reason: ename for ename, (_, reasons) in ERRORS.items() for 
 _RED, _RESET = "\x1b[0;31m", "\x1b[0m"
 
 
-def cell_status(content: dict) -> str:
-    """The store status for the reply content a cell ended with."""
+def cell_status(content: dict, *, own: str | None, interrupted: bool) -> str:
+    """The store status of a cell that ended with the reply `content`.
+
+    `own`: the status of an answer the proxy wrote itself (a `CellError`'s, or `ok`/`aborted`), which
+    stands. Otherwise the reply is the worker's: `ok`, `aborted` or `error`, whatever the error's name,
+    except a KeyboardInterrupt after klbr `interrupted` the cell (an interrupt_request or SIGINT while
+    it ran), which is `interrupted`; one the cell raised by itself is an error like any other."""
+    if own is not None:
+        return own
     status = content.get("status", "ok")
     if status == "error":
-        return ERRORS.get(content.get("ename", ""), ("error",))[0]
+        return "interrupted" if interrupted and content.get("ename") == "KeyboardInterrupt" else "error"
     return "aborted" if status == "aborted" else "ok"
+
+
+def _error(ename: str, evalue: str) -> CellError:
+    """One of klbr's own errors, with the status the table gives its name."""
+    return CellError(ename, evalue, ERRORS[ename][0])
 
 
 @dataclass(frozen=True)
 class CellError:
+    """An error the proxy answers a request with; `status`: the cell's in the store, if it is one."""
+
     ename: str
     evalue: str
+    status: str = "error"
 
     @property
     def traceback(self) -> list[str]:
@@ -63,27 +82,29 @@ def ending_error(ending: Ending, *, generation: int, pid: int | None, cell: str)
         if ending.stderr_tail:
             text += "\nLast lines of its stderr:\n" + ending.stderr_tail
         text += "\nThe next cell tries to start a new one."
-        return CellError(ename, text)
+        return _error(ename, text)
     if ending.reason is EndReason.LINK_LOST:
         text = (f"{cell} was running in {who} when the link to it was lost: {ending.how}. Its outcome is "
                 "unknown (it may have run, in part or whole) and it is not re-run. Run `%klbr reconnect` for "
                 "a new generation on the same placement, or `%klbr placement SPEC`.")
-        return CellError(ename, text[0].upper() + text[1:])
+        return _error(ename, text[0].upper() + text[1:])
     text = (
         f"{cell} was running in {who} when its worker ended: {ending.how}. "
         f"Its namespace is gone and nothing was re-run; the next cell runs in a new generation."
     )
-    return CellError(ename, text[0].upper() + text[1:])
+    return _error(ename, text[0].upper() + text[1:])
 
 
 def refusal_error(refusal: Refusal) -> CellError:
-    """The error for a cell the supervisor would not run (see `Supervisor.refusal`)."""
+    """The error for a cell the supervisor would not run (see `Supervisor.refusal`): `refused`,
+    whatever its name, since nothing ran (a PlacementLost that ends a running cell is `unknown`)."""
     if refusal.reason == "placement_lost":
         return CellError(
             "PlacementLost",
             f"The link to the workbench was lost ({refusal.detail}), and klbr does not start a second kernel "
             "while the first may still run. Nothing ran. Run `%klbr reconnect` for a new generation on the same "
             "placement, or `%klbr placement SPEC` to move.",
+            status="refused",
         )
     if refusal.reason == "crash_loop":
         return CellError(
@@ -91,11 +112,13 @@ def refusal_error(refusal: Refusal) -> CellError:
             f"The worker was lost {refusal.count} times within {refusal.window:.0f} s, so klbr stopped starting "
             "new ones rather than loop. Nothing ran. Fix the cause, then run `%klbr restart` to start a fresh "
             "generation.",
+            status="refused",
         )
     return CellError(
         "PoisonedCell",
         f"This exact code killed its worker {refusal.count} times in a row, so it was not run again. "
         "Change the code, or run `%klbr restart` to allow it once more.",
+        status="refused",
     )
 
 
@@ -104,9 +127,9 @@ def timeout_error(count: int | None, seconds: float | None, *, killed: bool, gen
     cell = f"Cell [{count}]" if count is not None else "The cell"
     limit = f"{seconds:g} s" if seconds is not None else "its deadline"
     if not killed:
-        return CellError("CellTimeout", f"{cell} ran past its deadline of {limit} and was interrupted; "
-                                        "the namespace is intact.")
-    return CellError(
+        return _error("CellTimeout", f"{cell} ran past its deadline of {limit} and was interrupted; "
+                                     "the namespace is intact.")
+    return _error(
         "CellTimeout",
         f"{cell} ran past its deadline of {limit} and did not stop when interrupted, so generation "
         f"{generation} (pid {pid}) was ended: {how}. Its namespace is gone and nothing was re-run; "
@@ -116,7 +139,7 @@ def timeout_error(count: int | None, seconds: float | None, *, killed: bool, gen
 
 def session_paused_error(error) -> CellError:
     """`error` is the StoreError: it names the database path and what went wrong."""
-    return CellError(
+    return _error(
         "SessionPaused",
         f"The cell log at {error.path} cannot be written ({error.cause}), so this cell was not run: "
         "klbr runs nothing it cannot record. Recording resumes by itself at the next cell once the file "
@@ -126,7 +149,7 @@ def session_paused_error(error) -> CellError:
 
 def internal_error(msg_type: str, exc: BaseException) -> CellError:
     """A bug in klbr while it handled a request: the request is still answered (semantics 1)."""
-    return CellError(
+    return _error(
         "InternalError",
         f"klbr failed while handling this {msg_type}: {type(exc).__name__}: {exc}. This is a bug in klbr "
         "(the traceback is in the kernel's log); the kernel keeps serving.",
@@ -135,7 +158,7 @@ def internal_error(msg_type: str, exc: BaseException) -> CellError:
 
 def no_reply_error(msg_type: str, seconds: float) -> CellError:
     """The worker went idle for a request and never replied to it (it dropped it)."""
-    return CellError(
+    return _error(
         "InternalError",
         f"The worker finished this {msg_type} without replying to it (it was still silent {seconds:g} s after "
         "going idle), so klbr answers in its place; the worker's log may say why. The kernel keeps serving.",

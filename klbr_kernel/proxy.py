@@ -94,7 +94,16 @@ class Proxy:
 
     def request_interrupt(self) -> None:
         """SIGINT, from clients that interrupt by signal: the same ladder as interrupt_request."""
-        self.start(self.supervisor.interrupt(), "interrupt on SIGINT")
+        self.start(self.interrupt(), "interrupt on SIGINT")
+
+    async def interrupt(self) -> None:
+        """Interrupt the current generation (an interrupt_request, SIGINT). The execute it runs is
+        marked first, before the interrupt can land, so a KeyboardInterrupt it replies with is known
+        for klbr's doing (`interrupted` in the cell log), never taken from the error's name."""
+        req = self.queue.inflight
+        if req is not None and req.phase is Phase.SENT and req.reply is None and req.generation is self.generation:
+            req.interrupted = True
+        await self.supervisor.interrupt()
 
     def stopped(self) -> None:
         """Called once the shutdown has answered everything: `run` returns."""
@@ -141,6 +150,7 @@ class Proxy:
         elif req.msg_type == "execute_request":
             self.supervisor.cells.finished(req.msg_id)  # its deadline is not the next cell's
         error = internal_error(req.msg_type, exc)
+        req.outcome = error.status
         try:
             self.replies.busy(req)
             if req.msg_type.endswith("_request") and not req.reply_sent:

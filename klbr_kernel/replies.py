@@ -23,8 +23,10 @@ class Replies:
         self.frontend = frontend
         self.session = session
         self.cell_log = cell_log
-        # An execute taken: the request while it runs, then only its reply content.
-        self._executes: dict[tuple[str, str], Request | dict] = {}
+        # An execute taken, with its digest: the request while it runs, then only its reply content.
+        self._executes: dict[tuple[str, str], tuple[str, Request | dict]] = {}
+        # Client sessions already warned of a msg_id reused: later reuses are logged at info.
+        self._reusers: set[str] = set()
 
     def busy(self, req: Request) -> None:
         """busy for `req`, unless the frontend has had it already (from the worker, or a retry)."""
@@ -79,34 +81,56 @@ class Replies:
         req.duplicates = []
         if req.msg_type == "execute_request":
             key = (req.header.get("session", ""), req.msg_id)
-            if self._executes.get(key) is req:
-                self._executes[key] = req.reply_content or {"status": "aborted"}
+            taken = self._executes.get(key)
+            if taken is not None and taken[1] is req:
+                self._executes[key] = (req.digest, req.reply_content or {"status": "aborted"})
 
     def duplicate(self, req: Request) -> bool:
-        """Answer an execute this session already took (same client session and msg_id, on any
-        channel): from the record, or when the original finishes. No second busy/idle: the frontend
-        already has one pair for that msg_id. False for a new execute, which is remembered."""
+        """Answer an execute this session already took: the same message sent again (its digest,
+        see `door.digest`), on any channel, from the record or when the original finishes. No
+        second busy/idle: the frontend already has one pair for that msg_id. False for a new
+        execute, which is remembered; one that reuses an earlier one's msg_id with other bytes is
+        new (semantics 9): it runs, and the reuse is logged."""
         key = (req.header.get("session", ""), req.msg_id)
-        original = self._executes.get(key)
-        if original is None:
-            # Past what is remembered, or taken by an earlier kernel on this log (a client that
-            # resends to the kernel that replaced it): the record answers, one indexed read.
-            recorded = self.cell_log.recorded_execute(*key)
-            if recorded is None:
-                self._executes[key] = req
-                if len(self._executes) > _REMEMBERED:
-                    self._executes.pop(next(iter(self._executes)))
-                return False
-            status, reply = recorded
-            log.info("execute %s was taken before (%s): answered from the record, not re-run", req.msg_id, status)
-            self._send(req, reply or _unfinished(req.msg_id, status))
+        taken = self._executes.get(key)
+        if taken is not None and taken[0] == req.digest:
+            log.info("execute %s received again: answered from the record, not re-run", req.msg_id)
+            original = taken[1]
+            if isinstance(original, dict):
+                self._send(req, original)
+            else:
+                original.duplicates.append(req)
             return True
-        log.info("execute %s received again: answered from the record, not re-run", req.msg_id)
-        if isinstance(original, dict):
-            self._send(req, original)
-        else:
-            original.duplicates.append(req)
-        return True
+        # Past what is remembered, taken by an earlier kernel on this log (a client that resends
+        # to the kernel that replaced it), or sent again after another reused its msg_id: the
+        # record answers, one indexed read.
+        recorded = self.cell_log.recorded_execute(req)
+        if recorded is not None and recorded.resent:
+            log.info("execute %s was taken before (%s): answered from the record, not re-run",
+                     req.msg_id, recorded.status)
+            self._send(req, recorded.reply or _unfinished(req.msg_id, recorded.status))
+            return True
+        if taken is not None or recorded is not None:
+            self._reused(req)
+        self._executes.pop(key, None)  # the newest message of a msg_id is the one remembered longest
+        self._executes[key] = (req.digest, req)
+        if len(self._executes) > _REMEMBERED:
+            self._executes.pop(next(iter(self._executes)))
+        return False
+
+    def _reused(self, req: Request) -> None:
+        """A new execute whose msg_id an earlier, different one had: one line for each, a warning
+        for the first of its client session."""
+        client = req.header.get("session", "")
+        first = client not in self._reusers
+        if first:
+            if len(self._reusers) >= _REMEMBERED:
+                self._reusers.clear()
+            self._reusers.add(client)
+        log.log(logging.WARNING if first else logging.INFO,
+                "execute %s of client session %s reuses the msg_id of an earlier, different execute (a "
+                "client whose message counter started again, as jupyter_client's Session.clone() does for "
+                "every KernelManager.client()): it is a new cell, and runs", req.msg_id, client)
 
     def _send(self, req: Request, content: dict) -> bool:
         reply_type = req.msg_type.rsplit("_", 1)[0] + "_reply"

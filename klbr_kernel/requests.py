@@ -66,6 +66,7 @@ class Request:
     channel: str
     wire: Wire
     content: dict = field(default_factory=dict)
+    digest: str = ""  # an execute's: what tells it from another with the same msg_id (`door.digest`)
     phase: Phase = Phase.QUEUED
     generation: Generation | None = None  # where it was sent
     reply: Wire | None = None  # the worker's reply
@@ -73,6 +74,8 @@ class Request:
     busy_sent: bool = False  # the frontend has had busy for it (once, also across a retry)
     reply_sent: bool = False  # the frontend has had its reply
     reply_content: dict | None = None  # the reply the frontend gets (kept for the store and resends)
+    outcome: str | None = None  # the store status of an answer the proxy wrote itself (`cell_status`)
+    interrupted: bool = False  # klbr interrupted its worker while it ran (interrupt_request, SIGINT)
     held: list = field(default_factory=list)  # sends held until the outcome is committed
     retried: bool = False  # sent again after its generation was lost
     count: int | None = None  # execution count, from the worker's execute_input or the proxy

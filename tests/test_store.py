@@ -15,6 +15,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import nbformat
+import pytest
+from jupyter_client.session import Session
 
 from conftest import collect, execute, raw_socket, receive, results, start_kernel, stream_text
 
@@ -326,9 +328,13 @@ def test_prune_deletes_old_ended_sessions_only(tmp_path):
         assert reply["content"]["status"] == "ok"
 
 
-def test_a_resent_execute_is_answered_from_the_record_not_run_again(tmp_path):
+@pytest.mark.parametrize("key", [None, b""], ids=["signed", "unsigned"])
+def test_a_resent_execute_is_answered_from_the_record_not_run_again(tmp_path, key):
+    """The same frames again are answered once, never re-run; the same msg_id in other bytes (here
+    only a later date, signed anew) is another message, and runs (semantics 9)."""
     db = tmp_path / "log.sqlite3"
-    with kernel_on(db) as (km, kc):
+    manager = {"session": Session(key=key)} if key is not None else None
+    with start_kernel(env={"KLBR_DB": str(db)}, manager=manager) as (km, kc):
         execute(kc, "runs = 0")
         with raw_socket(km, "shell") as (sock, session):
             msg = session.msg("execute_request", {"code": "runs += 1\nruns", "silent": False, "store_history": True,
@@ -336,11 +342,13 @@ def test_a_resent_execute_is_answered_from_the_record_not_run_again(tmp_path):
             frames = session.serialize(msg)
             sock.send_multipart(frames)
             sock.send_multipart(frames)  # byte-identical: a client resending after a reconnect
-            again = dict(msg, header=dict(msg["header"], date="2030-01-01T00:00:00Z"))  # re-signed, same msg_id
+            replies = [receive(sock, session) for _ in range(2)]
+            again = dict(msg, header=dict(msg["header"], date="2030-01-01T00:00:00Z"))  # same msg_id, other bytes
             sock.send_multipart(session.serialize(again))
-            replies = [receive(sock, session) for _ in range(3)]
-        assert {r["parent_header"]["msg_id"] for r in replies} == {msg["header"]["msg_id"]}
-        assert len({r["content"]["execution_count"] for r in replies}) == 1
+            other = receive(sock, session)
+        assert {r["parent_header"]["msg_id"] for r in replies + [other]} == {msg["header"]["msg_id"]}
+        assert [r["content"] for r in replies][1:] == [replies[0]["content"]]
+        assert other["content"]["execution_count"] == replies[0]["content"]["execution_count"] + 1
         _, outputs = execute(kc, "runs")
-        assert results(outputs) == ["1"]
-    assert [r["code"] for r in _cells(db)].count("runs += 1\nruns") == 1
+        assert results(outputs) == ["2"]
+    assert [r["code"] for r in _cells(db)].count("runs += 1\nruns") == 2

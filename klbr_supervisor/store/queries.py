@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import sqlite3
 from datetime import datetime, timedelta, timezone
+from typing import NamedTuple
 
 
 
@@ -73,12 +74,23 @@ def prune(conn: sqlite3.Connection, older_than_days: float) -> int:
     return len(ids)
 
 
-def recorded_execute(conn: sqlite3.Connection, client_session: str, msg_id: str) -> tuple[str, dict | None] | None:
-    """(status, execute_reply or None) of the cell a client sent as (client session, msg_id), in any
-    kernel session of this log (a replay may come to the next kernel on the file), or None."""
-    row = conn.execute("SELECT status, reply FROM cells WHERE msg_id = ? AND client_session = ? ORDER BY id DESC LIMIT 1",
-                       (msg_id, client_session)).fetchone()
-    return (row[0], json.loads(row[1]) if row[1] else None) if row else None
+class Taken(NamedTuple):
+    """An execute this log recorded under a client's (client session, msg_id)."""
+
+    resent: bool  # the same message again (its digest matched), not only another with its msg_id
+    status: str
+    reply: dict | None
+
+
+def recorded_execute(conn: sqlite3.Connection, client_session: str, msg_id: str, digest: str) -> Taken | None:
+    """The cell a client sent as (client session, msg_id), in any kernel session of this log (a
+    resend may come to the next kernel on the file): the one whose `msg_digest` is `digest` if
+    there is one, else the latest that only shares the msg_id; None when no cell had it.
+    One read on `cells_msg`, which narrows to the rows of that msg_id (semantics 9)."""
+    row = conn.execute("SELECT msg_digest IS ?, status, reply FROM cells WHERE msg_id = ? AND client_session = ?"
+                       " ORDER BY msg_digest IS ? DESC, id DESC LIMIT 1",
+                       (digest, msg_id, client_session, digest)).fetchone()
+    return Taken(bool(row[0]), row[1], json.loads(row[2]) if row[2] else None) if row else None
 
 
 # -- history (history_request, %klbr history) -------------------------------------------------------

@@ -16,6 +16,7 @@ class CellRecord:
     client_session: str
     code: str
     generation: int | None
+    msg_digest: str | None = None  # what tells this execute from another with its msg_id (semantics 9)
     id: int | None = None  # set by the writer when the row is inserted
     seq: int = 0
     output_bytes: int = 0

@@ -76,6 +76,13 @@ MIGRATIONS: list[tuple[str, ...]] = [
             PRIMARY KEY (scope, key)
         ) WITHOUT ROWID""",
     ),
+    # cells.msg_digest: what made an execute that message and no other, since a client may reuse a
+    # msg_id with other code (semantics 9): its signature as received, or with no key "sha256:" and a
+    # digest of its header and content. Rows written before it have none, and no resend matches them.
+    # Read through cells_msg (msg_id, client_session): that narrows to the few rows of one msg_id.
+    (
+        """ALTER TABLE cells ADD COLUMN msg_digest TEXT""",
+    ),
 ]
 
 VERSION = len(MIGRATIONS)
