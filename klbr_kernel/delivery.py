@@ -227,7 +227,7 @@ class Delivery:
 
     def _commit(self, req: Request) -> None:
         req.committing = True
-        req.committed_outputs = req.record.seq
+        req.committed_bytes = req.record.output_bytes
         if self.proxy.cell_log.finish(req, req.reply_content or {}, self.proxy.guarded(req, lambda error: self._committed(req))):
             self._committed(req)
 
@@ -238,10 +238,11 @@ class Delivery:
     def _settle(self, req: Request) -> None:
         """Release a recorded cell's held reply and idle once both are in and its outcome, with every
         output before the idle, is committed (semantics 3). An output that came between the reply
-        and the idle (they travel on different sockets) costs one more commit."""
+        and the idle (they travel on different sockets) costs one more commit: counted in bytes, which
+        every output adds to, also one past `Store.max_output_bytes` that is counted and not kept."""
         if req.committing or req.phase is not Phase.ANSWERED:
             return
-        if req.committed_outputs == req.record.seq:
+        if req.committed_bytes == req.record.output_bytes:
             self.release(req)
         else:
             self._commit(req)

@@ -86,7 +86,7 @@ class Request:
     body: str | None = None  # the code after a `%%klbr` first line
     record: CellRecord | None = None  # its row in the store, once it is a recorded cell
     committing: bool = False  # an outcome commit is in flight
-    committed_outputs: int | None = None  # outputs the last outcome commit included
+    committed_bytes: int | None = None  # output bytes the last outcome commit included
     own_outputs: list = field(default_factory=list)  # outputs the proxy gave a cell it answered itself
     duplicates: list = field(default_factory=list)  # resent copies waiting for its reply
     followers: list = field(default_factory=list)  # `%klbr replay --follow` cells relaying its outputs
