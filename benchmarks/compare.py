@@ -91,7 +91,8 @@ def main() -> None:
     ap.add_argument("--cells", type=int, default=200, help="trivial cells per kernel per round")
     ap.add_argument("--output-mib", type=int, default=50)
     ap.add_argument("--out", default="benchmarks/results/latest.json")
-    ap.add_argument("--readme", help="rewrite the table between the bench markers of this README")
+    ap.add_argument("--doc", help="rewrite the tables between the bench markers of this Markdown page "
+                                  "(make bench: docs/benchmarks.md)")
     args = ap.parse_args()
     sshd = Sshd(Path(tempfile.mkdtemp(prefix="klbr-bench-sshd-")))
     try:
@@ -202,9 +203,9 @@ def run(args, sshd: Sshd) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps({"when": when, "machine": machine, "rounds": args.rounds, "raw": results, "table": table,
                                 "explain": explain_table}, indent=1))
-    if args.readme:
-        readme = Path(args.readme)
-        text = readme.read_text()
+    if args.doc:
+        doc = Path(args.doc)
+        text = doc.read_text()
         head, rest = text.split("<!-- bench:start -->", 1)
         _, tail = rest.split("<!-- bench:end -->", 1)
         block = (f"Measured {when} on {machine}; {args.rounds} rounds of {args.cells} trivial cells, medians "
@@ -214,8 +215,8 @@ def run(args, sshd: Sshd) -> None:
                  "ZMQ forwarder (`benchmarks/forwarder.py`: what any proxy process costs here, with no Python per "
                  "message); *no history db* is ipykernel started as klbr starts its workers "
                  "(`Supervisor.ipython_history`).\n\n" + explain_table + "\n")
-        readme.write_text(f"{head}<!-- bench:start -->\n{block}<!-- bench:end -->{tail}")
-        print(f"\nwrote the table into {readme}")
+        doc.write_text(f"{head}<!-- bench:start -->\n{block}<!-- bench:end -->{tail}")
+        print(f"\nwrote the tables into {doc}")
 
 
 if __name__ == "__main__":

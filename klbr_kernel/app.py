@@ -41,7 +41,9 @@ class KlbrKernelApp(JupyterApp):
         early.MAX_MESSAGE_SIZE, config=True,
         help="The longest frame, in bytes, the kernel takes on shell, control and stdin (an execute's "
              "code or content is one frame); libzmq disconnects a sender whose frame is longer, and its "
-             "request is never answered. -1: no limit. (iopub and the heartbeat take a few KiB.)")
+             "request is never answered. -1: no limit. (iopub and the heartbeat take a few KiB.) On the kernel's "
+             "command line (the kernelspec's argv) only: the sockets are bound before config files are read, so "
+             "a config file's value is reported in the log, not applied.")
 
     aliases = {**base_aliases, "f": "KlbrKernelApp.connection_file"}
 

@@ -14,7 +14,7 @@ from .ssh_launch import LINK_TIMEOUT, split
 class SupervisorSettings(LoggingConfigurable):
     worker_kernel = Unicode(
         "", config=True,
-        help="Kernelspec name of the workbench; empty means ipykernel on the proxy's own interpreter.",
+        help="Kernelspec name of the workbench (an ipykernel); empty means ipykernel on the proxy's own interpreter.",
     )
     placement = Unicode(
         "local", config=True,
@@ -34,7 +34,10 @@ class SupervisorSettings(LoggingConfigurable):
         help="Keep one warm spare generation to take over at once (default: on for local and python: "
              "placements, off for the rest, where a spare costs a pod or a remote process).",
     )
-    standby_delay = Float(1.0, config=True, help="Seconds after a generation is ready before its spare starts.")
+    standby_delay = Float(
+        1.0, config=True,
+        help="Seconds after a generation is ready before its spare starts (so it does not slow the first cells).",
+    )
     restart_limit = Int(5, config=True, help="Automatic new generations allowed per restart_window.")
     restart_window = Float(300.0, config=True, help="Seconds over which restart_limit counts.")
     ipython_history = Bool(

@@ -5,7 +5,7 @@ session as lean as it was after its first 50 cells (issue I, defect 12: each gen
 leave 6 fds, 2 threads and ~0.9 MiB behind), with no process left but its two workers and the reaper.
 
 `make test` runs it at a tenth of the issue's size; at the issue's (2,000 cells, 100 losses, 50
-interrupts; its figures are in the README, from `benchmarks/soak.py`, which is the driver):
+interrupts; its figures are in docs/benchmarks.md, from `benchmarks/soak.py`, which is the driver):
 
     KLBR_THOROUGH=1 .venv/bin/python -m pytest -m thorough tests/test_soak.py
 """

@@ -75,7 +75,10 @@ def filesystem_type(path: Path) -> str:
 
 class Store(LoggingConfigurable):
     path = Unicode(config=True, help="The SQLite file (env KLBR_DB overrides; default <jupyter data dir>/klbr/klbr.sqlite3).")
-    max_output_bytes = Int(10 * 2**20, config=True, help="Bytes of output kept per cell; the rest is counted, not kept.")
+    max_output_bytes = Int(
+        10 * 2**20, config=True,
+        help="Bytes of output kept per cell; the rest is counted, not kept, and the truncation recorded.",
+    )
     synchronous = CaselessStrEnum(
         ["NORMAL", "FULL"], "NORMAL", config=True,
         help="NORMAL survives a crash of any process; FULL also survives power loss (slower commits).",

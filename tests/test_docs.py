@@ -1,0 +1,170 @@
+"""The manual says what the code does: its generated tables are current, its store schema and error
+names are the live ones, its CLI page names every command and option, and every link lands.
+
+No kernel: the pages are read as committed, the code as imported, the schema from a fresh database.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import re
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).parent.parent
+DOCS = ROOT / "docs"
+README = ROOT / "README.md"
+PAGES = sorted(DOCS.glob("*.md"))
+
+
+def _autogen():
+    spec = importlib.util.spec_from_file_location("autogen", DOCS / "autogen.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _section(page: str, heading: str) -> str:
+    """The text under `heading` (a line of its own) up to the next heading of its level or above."""
+    level = heading.split(" ", 1)[0]
+    start = page.index(f"\n{heading}\n")
+    ends = [m.start() for m in re.finditer(r"\n#{1,%d} " % len(level), page[start + 1:])]
+    return page[start: start + 1 + ends[0]] if ends else page[start:]
+
+
+def _tables(text: str) -> list[dict[str, list[str]]]:
+    """The Markdown tables of `text`, each as its rows by their first cell (the first code span in
+    it, if any), header and rule left out: `name` -> the other cells."""
+    tables: list[dict[str, list[str]]] = []
+    rows = None
+    for line in text.splitlines():
+        if not line.startswith("|"):
+            rows = None
+            continue
+        if rows is None:  # the header
+            rows = {}
+            tables.append(rows)
+            continue
+        first, *rest = [cell.strip() for cell in re.split(r"(?<!\\)\|", line.strip())[1:-1]]
+        if set(first) <= set("-:"):  # the rule under the header
+            continue
+        code = re.match(r"`([^`]+)`", first)
+        rows[code.group(1) if code else first] = rest
+    return tables
+
+
+@pytest.mark.parametrize("name", ["configuration.md", "cli.md"])
+def test_generated_tables_are_what_the_help_says(name):
+    autogen = _autogen()
+    page = (DOCS / name).read_text()
+    assert page.count(autogen.START) == 1 and page.count(autogen.END) == 1, f"docs/{name} lost its markers"
+    current = autogen.render(page, autogen.PAGES[name]())
+    assert page == current, f"docs/{name} is stale: run `{autogen.COMMAND}` and commit the page"
+
+
+def test_every_configurable_trait_is_in_the_options_table():
+    """A trait the generator left out would be missing from the manual, however current the page."""
+    from klbr_kernel.app import KlbrKernelApp
+    from klbr_supervisor.host import HostService
+    from klbr_supervisor.store import Store
+    from klbr_supervisor.supervisor import Supervisor
+
+    (options,) = _tables((DOCS / "configuration.md").read_text())
+    for cls in (Supervisor, Store, HostService, KlbrKernelApp):
+        ours = {f"{cls.__name__}.{n}" for n, t in cls.class_traits(config=True).items()
+                if t.this_class.__module__.startswith("klbr_")}
+        assert ours, cls
+        assert ours <= set(options), f"not in docs/configuration.md: {sorted(ours - set(options))}"
+
+
+def test_the_store_schema_page_has_every_table_and_column_of_a_fresh_database(tmp_path):
+    from klbr_supervisor.store.schema import migrate
+
+    conn = sqlite3.connect(tmp_path / "fresh.sqlite3")
+    migrate(conn)
+    page = (DOCS / "store-schema.md").read_text()
+    tables = [name for (name,) in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table' ORDER BY name")]
+    headings = set(re.findall(r"^## `(\w+)`$", page, re.M))
+    assert headings == set(tables), f"tables in the page {sorted(headings)}, in the schema {tables}"
+    for table in tables:
+        columns = _tables(_section(page, f"## `{table}`"))[0]
+        live = {name: kind for _, name, kind, *_ in conn.execute(f"PRAGMA table_info({table})")}
+        documented = {name: cells[0] for name, cells in columns.items()}
+        assert documented == live, f"docs/store-schema.md, table {table}: {documented}; the schema: {live}"
+
+
+def test_the_store_schema_page_lists_every_cell_status_and_generation_end():
+    from klbr_kernel.outcomes import ERRORS
+    from klbr_supervisor.states import EndReason
+    from klbr_supervisor.store.schema import MIGRATIONS
+
+    page = (DOCS / "store-schema.md").read_text()
+    documented = set(_tables(_section(page, "## `cells`"))[1])
+    # The schema names the statuses in the comment on cells.status, the one list the code keeps.
+    (named,) = re.findall(r"\bstatus TEXT NOT NULL,\s+-- ([a-z ]+)", "\n".join(s for m in MIGRATIONS for s in m))
+    assert documented == set(named.split()), f"docs/store-schema.md: {sorted(documented)}; the schema: {named}"
+    assert {status for status, _ in ERRORS.values()} <= documented
+    ends = _section(page, "## `generations`")
+    assert all(f"`{reason.value}`" in ends for reason in EndReason), "an end_reason is not in the page"
+
+
+def test_the_error_names_page_gives_each_error_its_store_status():
+    from klbr_kernel.host import CODES
+    from klbr_kernel.outcomes import ERRORS
+
+    page = (DOCS / "errors.md").read_text()
+    (rows,) = _tables(_section(page, "## klbr's own"))
+    for ename, (status, _) in ERRORS.items():
+        if ename == "KeyboardInterrupt":  # ipykernel's, not klbr's: below the table
+            assert f"`{ename}` after an interrupt the cell obeyed (`{status}`" in page
+            continue
+        assert ename in rows, f"{ename} is not in docs/errors.md"
+        assert f"`{status}`" in rows[ename][-1], f"docs/errors.md does not give {ename} the status {status}"
+    for ename in ("InvalidMessage", "SubshellsNotSupported", "UsageError"):
+        assert ename in rows
+    (codes,) = _tables(_section(page, "## HostError codes"))
+    assert set(CODES) == set(codes)
+
+
+def test_the_cli_page_names_every_command():
+    from klbr_kernel.cli import KlbrKernelCommand
+
+    page = (DOCS / "cli.md").read_text()
+    for command in KlbrKernelCommand.subcommands:
+        assert f"klbr-kernel {command}" in page, command
+
+
+def _links(path: Path) -> list[str]:
+    text = re.sub(r"```.*?```", "", path.read_text(), flags=re.S)
+    return [target for target in re.findall(r"\]\(([^)\s]+)\)", text) if "://" not in target]
+
+
+def _anchors(path: Path) -> set[str]:
+    """GitHub's anchors for a page's headings: lower case, punctuation dropped, spaces as hyphens."""
+    headings = re.findall(r"^#+ (.+)$", re.sub(r"```.*?```", "", path.read_text(), flags=re.S), re.M)
+    return {re.sub(r"[^\w\- ]", "", h.lower()).replace(" ", "-") for h in headings}
+
+
+def test_the_readme_links_every_page_and_every_link_lands():
+    linked = {(ROOT / target.split("#")[0]).resolve() for target in _links(README)}
+    missing = [p.name for p in PAGES if p.resolve() not in linked]
+    assert not missing, f"README.md links no docs/{missing}"
+    for page in [README, *PAGES]:
+        for target in _links(page):
+            file, _, anchor = target.partition("#")
+            dest = (page.parent / file).resolve() if file else page
+            assert dest.exists(), f"{page.name}: {target} leads nowhere"
+            if anchor and dest.suffix == ".md":
+                assert anchor in _anchors(dest), f"{page.name}: {target}: no such heading in {dest.name}"
+
+
+def test_the_readme_is_a_page_and_make_bench_writes_the_manual():
+    readme = README.read_text()
+    assert len(readme.splitlines()) <= 120
+    assert "bench:start" not in readme
+    page = (DOCS / "benchmarks.md").read_text()
+    assert page.count("<!-- bench:start -->") == 1 and page.count("<!-- bench:end -->") == 1
+    assert page.index("<!-- bench:start -->") < page.index("<!-- bench:end -->")
+    assert "--doc docs/benchmarks.md" in (ROOT / "Makefile").read_text()
