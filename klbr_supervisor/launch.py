@@ -152,9 +152,10 @@ def _said_once(data: bytes) -> bytes:
     fresh = []
     for line in data.splitlines(keepends=True):
         if line.startswith(_NOTICE):
-            if line in _noticed:
+            said = line.rstrip(b"\r\n")  # its newline may come in a read of its own
+            if said in _noticed:
                 continue
-            _noticed.add(line)
+            _noticed.add(said)
         fresh.append(line)
     return b"".join(fresh)
 

@@ -41,8 +41,8 @@ import sys
 import zmq
 def _absent(behaviour):
     import ipykernel
-    print(f"{NOTICE}ipykernel {{ipykernel.__version__}} on {{sys.executable}}: {{behaviour}}",
-          file=sys.stderr, flush=True)
+    sys.stderr.write(f"{NOTICE}ipykernel {{ipykernel.__version__}} on {{sys.executable}}: {{behaviour}}\\n")
+    sys.stderr.flush()
 class _IopubContext:
     def __init__(self, context):
         self._context = context
