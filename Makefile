@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 MODULES := $(shell ls klbr_kernel/*.py klbr_supervisor/*.py klbr_supervisor/*/*.py | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.klbr-installed-$(MODULES)
 
-.PHONY: demo test bench bytecode browser-deps ssh-deps clean
+.PHONY: demo test bench peers bytecode browser-deps ssh-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -52,8 +52,13 @@ $(OTHER)/.ready:
 test: bytecode browser-deps ssh-deps $(OTHER)/.ready
 	$(BIN)/python -m pytest -q -ra
 
+# nbclient's and papermill's own test suites with klbr as `python3` (PEERS=--plain: plain ipykernel,
+# for comparison). Their dependencies go into .venv-peers, not .venv: see tests/peers/run.py.
+peers: bytecode
+	$(BIN)/python tests/peers/run.py $(PEERS)
+
 bench: bytecode ssh-deps $(OTHER)/.ready
 	$(BIN)/python benchmarks/compare.py --readme README.md
 
 clean:
-	rm -rf $(VENV) $(OTHER) build *.egg-info
+	rm -rf $(VENV) $(OTHER) .venv-peers build *.egg-info
