@@ -8,7 +8,7 @@ load into klbr's own suite, and pins that .venv does not share), and runs each s
 kernelspec named `python3` whose argv is klbr's, on a private JUPYTER_PATH. `--plain` runs the same
 with plain ipykernel (on .venv's interpreter, so only the proxy differs) as `python3`.
 
-It exits 0 only when exactly the tests listed in EXPECTED fail: a new failure, and an expected one
+It exits 0 only when exactly the tests listed in EXPECTED fail (those in TIMING may or may not): a new failure, and an expected one
 that passes, both exit 1, so the list stays true. With PYTEST_ARGS (a selection), only the expected
 failures among the tests that ran are checked.
 """
@@ -63,6 +63,16 @@ EXPECTED = {
             "IPython 9 (.venv's workers run IPython 9; papermill's test extra pins ipython<9)"),
     },
 }
+# Tests that assert a timing and pass or fail by the machine's load: either outcome is accepted.
+TIMING = {
+    "nbclient": {},
+    "papermill": {
+        "papermill/tests/test_autosave.py::TestMidCellAutosave::test_end2end_autosave_slow_notebook": (
+            {KLBR}, "timing: wants exactly 2 autosaves (1 s apart) in its one 2.5 s cell; klbr answers "
+            "kernel_info before its first worker is ready, so the cell's first output comes 0.3-0.9 s "
+            "after papermill's cell start (0.01 s on ipykernel) and a third autosave fits"),
+    },
+}
 
 
 def kernelspec_dirs() -> dict[str, list[str]]:
@@ -109,9 +119,10 @@ def sources(python: Path, name: str, release: str) -> Path:
 
 
 def private_jupyter(home: Path, mode: str) -> dict[str, str]:
-    """The environment of a run: every Jupyter and IPython directory and klbr's store inside `home`,
-    and a `python3` kernelspec there that is klbr (or plain ipykernel) on .venv's interpreter."""
+    """The environment of a run: every Jupyter and IPython directory, HOME and klbr's store inside
+    `home`, and a `python3` kernelspec there that is klbr (or plain ipykernel) on .venv's interpreter."""
     share = home / "share"
+    (home / "home").mkdir()
     if mode == KLBR:
         sh(VENV / "bin" / "klbr-kernel", "install", "--prefix", share, "--name", "python3", stdout=subprocess.DEVNULL)
     else:
@@ -126,6 +137,7 @@ def private_jupyter(home: Path, mode: str) -> dict[str, str]:
         JUPYTER_RUNTIME_DIR=str(home / "runtime"),
         IPYTHONDIR=str(home / "ipython"),
         KLBR_DB=str(home / "klbr.sqlite3"),
+        HOME=str(home / "home"),  # what the suites' libraries write there (~/.ipython, ~/.config) too
         VIRTUAL_ENV=str(PEERS),
         PATH=f"{PEERS / 'bin'}{os.pathsep}{os.environ.get('PATH', '')}",  # jupyter-execute, papermill
     )
@@ -219,23 +231,25 @@ def verdict(run: dict, mode: str, selection: bool) -> bool:
     """Print a suite's counts and failures; True when exactly the expected ones failed (of those
     run, for a `selection` of tests)."""
     results, expected = run["results"], {k: v for k, v in EXPECTED[run["name"]].items() if mode in v[0]}
+    timing = {k: v for k, v in TIMING[run["name"]].items() if mode in v[0]}
     counts = {o: sum(1 for r in results.values() if r == o) for o in ("passed", "failed", "error", "skipped", "xfailed")}
     failing = sorted(k for k, r in results.items() if r in ("failed", "error"))
+    counted = set(failing) - set(timing)
     print(f"{run['name']} {run['release']} on {mode}: " + ", ".join(f"{n} {o}" for o, n in counts.items() if n)
           + f" in {run['seconds']:.0f} s (pytest exit {run['exit']}; log {run['log'].relative_to(REPO)})")
     for nodeid in failing:
-        why = expected[nodeid][1] if nodeid in expected else "UNEXPECTED"
+        why = {**expected, **timing}[nodeid][1] if nodeid in {**expected, **timing} else "UNEXPECTED"
         print(f"  {results[nodeid]:6} {nodeid}\n         {why}")
     if selection:
         expected = {k: v for k, v in expected.items() if k in results}
-    for nodeid in sorted(set(expected) - set(failing)):
+    for nodeid in sorted(set(expected) - counted):
         print(f"  EXPECTED TO FAIL, {results.get(nodeid, 'not run')}: {nodeid}\n         ({expected[nodeid][1]})")
     for test in run["reruns"]:
         print(f"  rerun by @flaky after a failure: {test}")
     for count, kind in run["complaints"]:
         print(f"  kernels' log, {count}x: {kind}")
     ran = bool(results) and run["exit"] in (0, 1)
-    return ran and set(failing) == set(expected)
+    return ran and counted == set(expected)
 
 
 def main() -> int:
