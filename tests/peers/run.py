@@ -8,9 +8,10 @@ load into klbr's own suite, and pins that .venv does not share), and runs each s
 kernelspec named `python3` whose argv is klbr's, on a private JUPYTER_PATH. `--plain` runs the same
 with plain ipykernel (on .venv's interpreter, so only the proxy differs) as `python3`.
 
-It exits 0 only when exactly the tests listed in EXPECTED fail (those in TIMING may or may not): a new failure, and an expected one
-that passes, both exit 1, so the list stays true. With PYTEST_ARGS (a selection), only the expected
-failures among the tests that ran are checked.
+It exits 0 only when exactly the tests listed in EXPECTED fail (those in TIMING may or may not): a
+new failure, and an expected one that passes, both exit 1, so the list stays true. With PYTEST_ARGS
+(a selection), only the expected failures among the tests that ran are checked. Each suite's output
+and every klbr kernel's log are kept in build/peers/.
 """
 
 from __future__ import annotations
