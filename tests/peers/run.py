@@ -233,7 +233,8 @@ def verdict(run: dict, mode: str, selection: bool) -> bool:
     run, for a `selection` of tests)."""
     results, expected = run["results"], {k: v for k, v in EXPECTED[run["name"]].items() if mode in v[0]}
     timing = {k: v for k, v in TIMING[run["name"]].items() if mode in v[0]}
-    counts = {o: sum(1 for r in results.values() if r == o) for o in ("passed", "failed", "error", "skipped", "xfailed")}
+    counts = {o: sum(1 for r in results.values() if r == o)
+              for o in ("passed", "failed", "error", "skipped", "xfailed")}
     failing = sorted(k for k, r in results.items() if r in ("failed", "error"))
     counted = set(failing) - set(timing)
     print(f"{run['name']} {run['release']} on {mode}: " + ", ".join(f"{n} {o}" for o, n in counts.items() if n)
