@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 MODULES := $(shell ls klbr_kernel/*.py klbr_supervisor/*.py klbr_supervisor/*/*.py | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.klbr-installed-$(MODULES)
 
-.PHONY: demo test bench docs bytecode browser-deps ssh-deps clean
+.PHONY: demo test bench peers docs bytecode browser-deps ssh-deps clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -59,6 +59,11 @@ $(OTHER)/.ready: $(OTHER)/.ipykernel-$(OLDEST_IPYKERNEL)
 test: bytecode browser-deps ssh-deps $(OTHER)/.ready
 	$(BIN)/python -m pytest -q -ra
 
+# nbclient's and papermill's own test suites with klbr as `python3` (PEERS=--plain: plain ipykernel,
+# for comparison). Their dependencies go into .venv-peers, not .venv: see tests/peers/run.py.
+peers: bytecode
+	$(BIN)/python tests/peers/run.py $(PEERS)
+
 bench: bytecode ssh-deps $(OTHER)/.ready
 	$(BIN)/python benchmarks/compare.py --doc docs/benchmarks.md
 
@@ -68,4 +73,4 @@ docs: $(STAMP)
 	$(BIN)/python docs/autogen.py
 
 clean:
-	rm -rf $(VENV) $(OTHER) build *.egg-info
+	rm -rf $(VENV) $(OTHER) .venv-peers build *.egg-info
