@@ -16,6 +16,7 @@ class CellRecord:
     client_session: str
     code: str
     generation: int | None
+    frontend_cell_id: str | None = None  # the frontend's id of the cell (JupyterLab's metadata.cellId)
     id: int | None = None  # set by the writer when the row is inserted
     seq: int = 0
     output_bytes: int = 0
