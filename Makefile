@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 MODULES := $(shell ls klbr_kernel/*.py klbr_supervisor/*.py klbr_supervisor/*/*.py | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.klbr-installed-$(MODULES)
 
-.PHONY: demo test bench bytecode browser-deps ssh-deps clean
+.PHONY: demo test bench bytecode browser-deps ssh-deps labextension check-labextension clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,40 @@ $(STAMP): pyproject.toml
 # they are imported from: the source tree (python -m from here) and the strict install's link tree.
 bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q klbr_kernel klbr_supervisor $(wildcard build/__editable__.*)
+
+# The JupyterLab extension (labextension/), built from its TypeScript with this machine's Node.js and the
+# jupyterlab wheel's jlpm, against the npm registry. node_modules and the bundle are never committed.
+# The wheel ships the bundle as shared data; the editable install places none, so it is copied into
+# the venv's share/jupyter/labextensions/ here (as the kernelspec is), where the venv's JupyterLab
+# finds it. Stamps: a new lockfile or package.json installs again; a changed source builds again.
+LABEXT := labextension
+LABEXT_NAME := klbr-jupyterlab
+LABEXT_PATH := PATH="$(abspath $(BIN)):$$PATH"
+LABEXT_SOURCES := $(wildcard $(LABEXT)/src/*.ts) $(wildcard $(LABEXT)/style/*) $(LABEXT)/package.json \
+	$(LABEXT)/tsconfig.json
+LABEXT_DEPS := $(LABEXT)/node_modules/.klbr-installed
+LABEXT_BUILT := $(LABEXT)/dist/package.json
+LABEXT_INSTALLED := $(VENV)/share/jupyter/labextensions/$(LABEXT_NAME)/package.json
+
+$(LABEXT_DEPS): $(LABEXT)/package.json $(LABEXT)/yarn.lock $(LABEXT)/.yarnrc.yml $(STAMP)
+	cd $(LABEXT) && $(LABEXT_PATH) jlpm install --immutable
+	touch $@
+
+$(LABEXT_BUILT): $(LABEXT_DEPS) $(LABEXT_SOURCES)
+	rm -rf $(LABEXT)/dist $(LABEXT)/lib $(LABEXT)/tsconfig.tsbuildinfo
+	cd $(LABEXT) && $(LABEXT_PATH) jlpm build
+	touch $@
+
+$(LABEXT_INSTALLED): $(LABEXT_BUILT) $(LABEXT)/install.json
+	rm -rf $(VENV)/share/jupyter/labextensions/$(LABEXT_NAME)
+	mkdir -p $(VENV)/share/jupyter/labextensions/$(LABEXT_NAME)
+	cp -R $(LABEXT)/dist/. $(LABEXT)/install.json $(VENV)/share/jupyter/labextensions/$(LABEXT_NAME)/
+
+labextension: $(LABEXT_INSTALLED)
+
+# The TypeScript's type check, lint and the tests of its logic that need no browser.
+check-labextension: $(LABEXT_DEPS)
+	cd $(LABEXT) && $(LABEXT_PATH) jlpm check && $(LABEXT_PATH) jlpm test
 
 demo: bytecode
 	$(BIN)/python notebooks/run.py notebooks/tour.ipynb
@@ -49,11 +83,12 @@ $(OTHER)/.ready:
 	$(OTHER)/bin/python -m pip install --quiet --disable-pip-version-check ipykernel
 	touch $@
 
-test: bytecode browser-deps ssh-deps $(OTHER)/.ready
+test: bytecode labextension check-labextension browser-deps ssh-deps $(OTHER)/.ready
 	$(BIN)/python -m pytest -q -ra
 
 bench: bytecode ssh-deps $(OTHER)/.ready
 	$(BIN)/python benchmarks/compare.py --readme README.md
 
 clean:
-	rm -rf $(VENV) $(OTHER) build *.egg-info
+	rm -rf $(VENV) $(OTHER) build *.egg-info $(LABEXT)/node_modules $(LABEXT)/dist $(LABEXT)/lib \
+		$(LABEXT)/tsconfig.tsbuildinfo

@@ -259,7 +259,8 @@ class KlbrComms:
         missing = [unmatched(row) for row in reversed(list(rows.values()))
                    if row["session_id"] == session and row["frontend_cell_id"] not in listed
                    and row["id"] not in ask.record_ids][:UNMATCHED_LISTED]
-        queued = [{"cell_id": frontend_cell_id(r), "msg_id": r.msg_id} for r in self._live_cells() if r is not live]
+        queued = [{"cell_id": frontend_cell_id(r), "msg_id": r.msg_id, "code": r.code}
+                  for r in self._live_cells() if r is not live]
         self._push(comm, req.header, {
             "op": "cells", "id": request_id, "chunk": k, "last": True, "cells": chunks.rest(), "session": session,
             "unmatched": missing, "queued": queued, "following": sorted(comm.following)})

@@ -159,7 +159,7 @@ def test_a_page_gets_its_cells_while_one_runs_then_follows_it_and_the_queued_one
         assert first["outputs"][-1]["data"]["text/plain"] == "42"
         assert second["running"] and second["status"] == "running" and second["execution_count"] == 2
         assert second["code"].startswith("import os, time")
-        assert answer[-1]["queued"] == [{"cell_id": "cell-3", "msg_id": queued}]
+        assert answer[-1]["queued"] == [{"cell_id": "cell-3", "msg_id": queued, "code": "print('queued ran')"}]
         assert sorted(answer[-1]["following"]) == sorted([running, queued])
         before = _text(second["outputs"])
         go.touch()
