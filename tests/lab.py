@@ -42,6 +42,11 @@ class Lab:
         conf = root / "config"  # the server's, and so its kernels' (jupyter_klbr_config.py)
         conf.mkdir(exist_ok=True)
         (conf / "jupyter_klbr_config.py").write_text("c.Store.max_output_bytes = 32 * 2**20\n" + config)
+        # No "get notified about Jupyter news?" toast over what the screenshots show.
+        (conf / "labconfig").mkdir(exist_ok=True)
+        (conf / "labconfig" / "page_config.json").write_text(json.dumps(
+            {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
+        self._workspaces = 0
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "JUPYTER_CONFIG_DIR": str(conf), "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
@@ -65,7 +70,10 @@ class Lab:
                 time.sleep(0.2)
 
     def url(self, notebook: str) -> str:
-        return f"{self.base}/lab/tree/{notebook}?token={TOKEN}"
+        """The notebook alone in a workspace of its own (a server's default workspace reopens every
+        notebook an earlier test opened)."""
+        self._workspaces += 1
+        return f"{self.base}/lab/workspaces/w{self._workspaces}/tree/{notebook}?token={TOKEN}&reset"
 
     def api(self, path: str, method: str = "GET") -> Any:
         request = urllib.request.Request(f"{self.base}/api/{path}?token={TOKEN}", method=method)
@@ -116,7 +124,7 @@ def chromium() -> Iterator[Any]:
 
 def open_notebook(browser: Any, lab: Lab, name: str, context: Any = None) -> Any:
     """A new tab on the notebook, its klbr kernel idle."""
-    page = (context or browser).new_page(viewport={"width": 1400, "height": 900})
+    page = context.new_page() if context is not None else browser.new_page(viewport={"width": 1400, "height": 900})
     page.on("dialog", lambda dialog: dialog.accept())  # "leave the page?" on reload
     page.goto(lab.url(name), timeout=90_000)
     idle(page)

@@ -89,6 +89,12 @@ export class KlbrConnection {
     });
   }
 
+  /** Ask the kernel for its state now (what `%klbr status` shows changes by the second). */
+  async hello(): Promise<IKernelState> {
+    this._setState((await this.request('hello')) as unknown as IKernelState);
+    return this._state!;
+  }
+
   /** Put the recorded outputs of the selected cell into it, whatever it shows now. */
   async replayCell(cellId: string): Promise<boolean> {
     const answer = await this._cells({ cell_ids: [cellId] });
@@ -144,7 +150,7 @@ export class KlbrConnection {
     this._comm = comm;
     comm.open({ v: PROTOCOL });
     try {
-      this._setState((await this.request('hello')) as unknown as IKernelState);
+      await this.hello();
       const first = !this._connectedOnce;
       this._connectedOnce = true;
       await this._restore(first);

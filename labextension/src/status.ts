@@ -54,8 +54,11 @@ export class KlbrStatus extends Widget {
 
   private async _open(): Promise<void> {
     const connection = this.connection;
-    const state = connection?.state ?? null;
-    if (connection === null || state === null) {
+    if (connection === null || connection.state === null) {
+      return;
+    }
+    const state = await connection.hello().catch(() => connection.state);
+    if (state === null) {
       return;
     }
     const body = new Widget({ node: document.createElement('pre') });
