@@ -86,8 +86,9 @@ $(OTHER)/.ready:
 test: bytecode labextension check-labextension browser-deps ssh-deps $(OTHER)/.ready
 	$(BIN)/python -m pytest -q -ra
 
-bench: bytecode ssh-deps $(OTHER)/.ready
+bench: bytecode labextension browser-deps ssh-deps $(OTHER)/.ready
 	$(BIN)/python benchmarks/compare.py --readme README.md
+	$(BIN)/python benchmarks/restore_browser.py
 
 clean:
 	rm -rf $(VENV) $(OTHER) build *.egg-info $(LABEXT)/node_modules $(LABEXT)/dist $(LABEXT)/lib \
