@@ -12,10 +12,12 @@ log is read, it relays what the cell prints after the snapshot, so no line is mi
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from collections.abc import Callable, Coroutine
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from jupyter_client.session import Session
@@ -149,7 +151,7 @@ class KlbrComms:
         data = req.content.get("data") or {}
         request_id: str | int | None = None
         try:
-            request_id = self._request_id(data.get("id"))
+            rid = request_id = self._request_id(data.get("id"))
             if data.get("v") != PROTOCOL:
                 raise CommError("UnsupportedVersion", f"this kernel speaks klbr comm protocol {PROTOCOL}, "
                                                       f"not {data.get('v')!r}")
@@ -166,11 +168,11 @@ class KlbrComms:
                 self._unfollow(comm, msg_id)
                 self._push(comm, req.header, {"op": "unfollow", "id": request_id, "msg_id": msg_id[:100]})
             elif op == "cells":
-                work = self._cells(req, comm, self._request_id(request_id), _CellsRequest.parse(data))
+                work = self._cells(req, comm, rid, _CellsRequest.parse(data))
                 self._start(work, "a klbr comm's cells request", req)
                 return
             elif op == "restart":
-                self._start(self._restart(req, comm, self._request_id(request_id)), "a klbr comm's restart", req)
+                self._start(self._restart(req, comm, rid), "a klbr comm's restart", req)
                 return
         except CommError as e:
             self._error(comm.comm_id, req.header, request_id, e)
@@ -201,13 +203,13 @@ class KlbrComms:
             await cell_log.settled()
             self._answer_cells(req, comm, request_id, ask, live, before)
         except BaseException:
-            for target, follower in followed:
+            for target, _follower in followed:
                 self._unfollow(comm, target.msg_id)
             raise
         for target, follower in followed:
             follower.caught_up()  # what it printed meanwhile, then the rest as it comes
             # Its end is told after its last output, also when it ended while the log was read.
-            follower.ended.add_done_callback(lambda _f, t=target: self._ended(comm, t))
+            follower.ended.add_done_callback(partial(self._ended, comm, target))
         self._done(req)
 
     def _follow(self, req: Request, comm: _Comm,
@@ -252,7 +254,8 @@ class KlbrComms:
             fields = entry(row, running=running, count=live.count if running and live is not None else None)
             outputs = cell_log.replay_outputs(row["id"], before if running else None)
             for full in chunks.add(fields, outputs):
-                self._push(comm, req.header, {"op": "cells", "id": request_id, "chunk": k, "last": False, "cells": full})
+                self._push(comm, req.header,
+                           {"op": "cells", "id": request_id, "chunk": k, "last": False, "cells": full})
                 k += 1
         session = cell_log.session_id
         listed = set(wanted)
@@ -285,7 +288,7 @@ class KlbrComms:
             self._push(comm, comm.opened, {"op": "output", "msg_id": target.msg_id, "record_id": record_id,
                                            "msg_type": msg_type, "content": content})
 
-    def _ended(self, comm: _Comm, target: Request) -> None:
+    def _ended(self, comm: _Comm, target: Request, _ended: asyncio.Future[None] | None = None) -> None:
         """The followed cell is answered (its outcome committed): say how it ended, once."""
         if comm.following.pop(target.msg_id, None) is None or comm.comm_id not in self._comms:
             return

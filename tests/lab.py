@@ -10,9 +10,10 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import nbformat
 
@@ -66,7 +67,7 @@ class Lab:
             except OSError:
                 if time.monotonic() > deadline or self.server.poll() is not None:
                     self.close()
-                    raise RuntimeError(self.log.read_text()[-3000:])
+                    raise RuntimeError(self.log.read_text()[-3000:]) from None
                 time.sleep(0.2)
 
     def url(self, notebook: str) -> str:

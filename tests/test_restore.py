@@ -6,10 +6,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-import time
 
 import pytest
-
 from conftest import until
 from lab import Lab, cell, chromium, idle, notebook, open_notebook, output_text, prompt, run_cell, save, screenshot
 
