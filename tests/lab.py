@@ -136,7 +136,7 @@ def idle(page: Any) -> None:
     from playwright.sync_api import expect
 
     expect(page.locator(".jp-Toolbar-kernelName").first).to_contain_text("klbr", timeout=90_000)
-    expect(page.locator(".jp-NotebookPanel [data-status='idle']").first).to_be_attached(timeout=90_000)
+    expect(page.locator("[data-status='idle']").first).to_be_attached(timeout=90_000)
 
 
 def cell(page: Any, index: int) -> Any:
