@@ -42,6 +42,8 @@ LABEXT_BUILT := $(LABEXT)/dist/package.json
 LABEXT_INSTALLED := $(VENV)/share/jupyter/labextensions/$(LABEXT_NAME)/package.json
 
 $(LABEXT_DEPS): $(LABEXT)/package.json $(LABEXT)/yarn.lock $(LABEXT)/.yarnrc.yml $(STAMP)
+	@command -v node >/dev/null 2>&1 || { \
+		(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null; }
 	cd $(LABEXT) && $(LABEXT_PATH) jlpm install --immutable
 	touch $@
 
