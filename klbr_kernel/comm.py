@@ -125,9 +125,8 @@ class KlbrComms:
 
     def _open(self, req: Request, comm_id: str) -> None:
         version = (req.content.get("data") or {}).get("v")
-        if version != PROTOCOL:
-            self._error(comm_id, req.header, None, CommError(
-                "UnsupportedVersion", f"this kernel speaks klbr comm protocol {PROTOCOL}, not {version!r}"))
+        if not _speaks(version):
+            self._error(comm_id, req.header, None, _unsupported(version))
             self._frontend.send_iopub("comm_close", {"comm_id": comm_id, "data": {}}, req.header)
             return
         if comm_id in self._comms:
@@ -137,7 +136,6 @@ class KlbrComms:
             self._close(oldest)
             self._frontend.send_iopub("comm_close", {"comm_id": oldest, "data": {}}, req.header)
         self._comms[comm_id] = _Comm(comm_id, req.header)
-        self._state = None  # the next `changed` tells everyone
 
     def _close(self, comm_id: str) -> None:
         comm = self._comms.pop(comm_id, None)
@@ -152,9 +150,8 @@ class KlbrComms:
         request_id: str | int | None = None
         try:
             rid = request_id = self._request_id(data.get("id"))
-            if data.get("v") != PROTOCOL:
-                raise CommError("UnsupportedVersion", f"this kernel speaks klbr comm protocol {PROTOCOL}, "
-                                                      f"not {data.get('v')!r}")
+            if not _speaks(data.get("v")):
+                raise _unsupported(data.get("v"))
             op = data.get("op")
             if not isinstance(op, str) or op not in OPS:
                 shown = op[:40] if isinstance(op, str) else type(op).__name__
@@ -329,6 +326,15 @@ class KlbrComms:
         req.move(Phase.ANSWERED)
         self._replies.idle(req)
         req.move(Phase.DONE)
+
+
+def _speaks(version: object) -> bool:
+    return type(version) is int and version == PROTOCOL  # not True, not 1.0
+
+
+def _unsupported(version: object) -> CommError:
+    shown = repr(version)[:40] if isinstance(version, (str, int, float)) or version is None else type(version).__name__
+    return CommError("UnsupportedVersion", f"this kernel speaks klbr comm protocol {PROTOCOL}, not {shown}")
 
 
 @dataclass(frozen=True)

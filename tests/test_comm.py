@@ -240,6 +240,8 @@ def test_bad_comm_messages_get_named_errors_and_nothing_else_changes(tmp_path):
             ({"id": "a", "op": "hello"}, "UnsupportedVersion", "a"),
             ({"v": 2, "id": "b", "op": "hello"}, "UnsupportedVersion", "b"),
             ({"v": "1", "id": "c", "op": "hello"}, "UnsupportedVersion", "c"),
+            ({"v": True, "id": "c2", "op": "hello"}, "UnsupportedVersion", "c2"),
+            ({"v": "9" * 100_000, "id": "c3", "op": "hello"}, "UnsupportedVersion", "c3"),
             ({"v": 1, "op": "hello"}, "MalformedRequest", None),
             ({"v": 1, "id": ["x"], "op": "hello"}, "MalformedRequest", None),
             ({"v": 1, "id": "i" * 1_000_000, "op": "hello"}, "TooLarge", None),

@@ -89,7 +89,8 @@ def test_a_reload_mid_cell_brings_every_line_back_and_the_queued_cell_fills(lab,
     expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("line 3", timeout=60_000)
     assert prompt(page, 0) == "[*]:" and prompt(page, 1) == "[*]:"
     assert "restored the outputs of 1 cell; following 2 cells" in _notice(page)
-    expect(page.get_by_text("klbr restored the outputs of 1 cell")).to_be_visible(timeout=30_000)
+    toast = page.locator(".Toastify__toast").filter(has_text="klbr restored the outputs of 1 cell")
+    expect(toast).to_be_in_viewport(ratio=1, timeout=30_000)  # slid in, for the screenshot
     screenshot(page, "restore-reload-running.png")
     go.touch()
     expect(cell(page, 1).locator(".jp-OutputArea")).to_contain_text("the queued cell ran", timeout=60_000)

@@ -60,6 +60,8 @@ export class KlbrConnection {
     panel.sessionContext.kernelChanged.connect(this._attach, this);
     void panel.sessionContext.ready.then(() => this._attach());
     panel.disposed.connect(() => this._closeComm());
+    // A reload: what the kernel follows for this page stops now, not when those cells end.
+    window.addEventListener('pagehide', () => this._closeComm());
   }
 
   /** The kernel's state, once a klbr kernel has said hello; null for other kernels. */
