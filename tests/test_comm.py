@@ -292,3 +292,22 @@ def test_a_closed_comm_stops_following_and_other_clients_see_nothing_of_it(tmp_p
             assert data(late, closing.comm_id) == []
         finally:
             other.stop_channels()
+
+
+def test_a_log_written_before_the_column_is_migrated_and_still_exports(tmp_path):
+    from klbr_supervisor.store.queries import connect, export_notebook
+    from klbr_supervisor.store.schema import MIGRATIONS, migrate
+
+    db = tmp_path / "old.sqlite3"
+    conn = sqlite3.connect(db, isolation_level=None)
+    for statement in MIGRATIONS[0]:  # the schema as the kernel before this column wrote it
+        conn.execute(statement)
+    conn.execute("PRAGMA user_version = 1")
+    conn.execute("INSERT INTO sessions (id, uuid, host, pid, started) VALUES (1, 'u', 'h', 1, '2026-01-01')")
+    conn.execute("INSERT INTO cells (session_id, msg_id, execution_count, code, status, started)"
+                 " VALUES (1, 'm', 1, 'x = 1', 'ok', '2026-01-01')")
+    assert migrate(conn) == 1
+    assert conn.execute("SELECT frontend_cell_id FROM cells").fetchall() == [(None,)]
+    nb = nbformat.from_dict(export_notebook(connect(str(db)), 1))
+    nbformat.validate(nb)
+    assert [c.id for c in nb.cells] == ["klbr-1"]
