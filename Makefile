@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 MODULES := $(shell ls klbr_kernel/*.py klbr_supervisor/*.py klbr_supervisor/*/*.py | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.klbr-installed-$(MODULES)
 
-.PHONY: demo test bench peers docs bytecode browser-deps ssh-deps clean
+.PHONY: demo test bench peers docs bytecode browser-deps ssh-deps labextension check-labextension clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -26,6 +26,42 @@ $(STAMP): pyproject.toml
 # they are imported from: the source tree (python -m from here) and the strict install's link tree.
 bytecode: $(STAMP)
 	$(BIN)/python -m compileall -q klbr_kernel klbr_supervisor $(wildcard build/__editable__.*)
+
+# The JupyterLab extension (labextension/), built from its TypeScript with this machine's Node.js and the
+# jupyterlab wheel's jlpm, against the npm registry. node_modules and the bundle are never committed.
+# The wheel ships the bundle as shared data; the editable install places none, so it is copied into
+# the venv's share/jupyter/labextensions/ here (as the kernelspec is), where the venv's JupyterLab
+# finds it. Stamps: a new lockfile or package.json installs again; a changed source builds again.
+LABEXT := labextension
+LABEXT_NAME := klbr-jupyterlab
+LABEXT_PATH := PATH="$(abspath $(BIN)):$$PATH"
+LABEXT_SOURCES := $(wildcard $(LABEXT)/src/*.ts) $(wildcard $(LABEXT)/style/*) $(LABEXT)/package.json \
+	$(LABEXT)/tsconfig.json
+LABEXT_DEPS := $(LABEXT)/node_modules/.klbr-installed
+LABEXT_BUILT := $(LABEXT)/dist/package.json
+LABEXT_INSTALLED := $(VENV)/share/jupyter/labextensions/$(LABEXT_NAME)/package.json
+
+$(LABEXT_DEPS): $(LABEXT)/package.json $(LABEXT)/yarn.lock $(LABEXT)/.yarnrc.yml $(STAMP)
+	@command -v node >/dev/null 2>&1 || { \
+		(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq nodejs >/dev/null; }
+	cd $(LABEXT) && $(LABEXT_PATH) jlpm install --immutable
+	touch $@
+
+$(LABEXT_BUILT): $(LABEXT_DEPS) $(LABEXT_SOURCES)
+	rm -rf $(LABEXT)/dist $(LABEXT)/lib $(LABEXT)/tsconfig.tsbuildinfo
+	cd $(LABEXT) && $(LABEXT_PATH) jlpm build
+	touch $@
+
+$(LABEXT_INSTALLED): $(LABEXT_BUILT) $(LABEXT)/install.json
+	rm -rf $(VENV)/share/jupyter/labextensions/$(LABEXT_NAME)
+	mkdir -p $(VENV)/share/jupyter/labextensions/$(LABEXT_NAME)
+	cp -R $(LABEXT)/dist/. $(LABEXT)/install.json $(VENV)/share/jupyter/labextensions/$(LABEXT_NAME)/
+
+labextension: $(LABEXT_INSTALLED)
+
+# The TypeScript's type check, lint and the tests of its logic that need no browser.
+check-labextension: $(LABEXT_DEPS)
+	cd $(LABEXT) && $(LABEXT_PATH) jlpm check && $(LABEXT_PATH) jlpm test
 
 demo: bytecode
 	$(BIN)/python notebooks/run.py notebooks/tour.ipynb
@@ -56,7 +92,7 @@ $(OTHER)/.ipykernel-$(OLDEST_IPYKERNEL):
 $(OTHER)/.ready: $(OTHER)/.ipykernel-$(OLDEST_IPYKERNEL)
 	touch $@
 
-test: bytecode browser-deps ssh-deps $(OTHER)/.ready
+test: bytecode labextension check-labextension browser-deps ssh-deps $(OTHER)/.ready
 	$(BIN)/python -m pytest -q -ra
 
 # nbclient's and papermill's own test suites with klbr as `python3` (PEERS=--plain: plain ipykernel,
@@ -64,8 +100,9 @@ test: bytecode browser-deps ssh-deps $(OTHER)/.ready
 peers: bytecode
 	$(BIN)/python tests/peers/run.py $(PEERS)
 
-bench: bytecode ssh-deps $(OTHER)/.ready
+bench: bytecode labextension browser-deps ssh-deps $(OTHER)/.ready
 	$(BIN)/python benchmarks/compare.py --doc docs/benchmarks.md
+	$(BIN)/python benchmarks/restore_browser.py
 
 # The manual's generated tables (options, CLI) written again from the traitlets help they come from;
 # tests/test_docs.py fails while a committed page differs from what this writes.
@@ -73,4 +110,5 @@ docs: $(STAMP)
 	$(BIN)/python docs/autogen.py
 
 clean:
-	rm -rf $(VENV) $(OTHER) .venv-peers build *.egg-info
+	rm -rf $(VENV) $(OTHER) .venv-peers build *.egg-info $(LABEXT)/node_modules $(LABEXT)/dist $(LABEXT)/lib \
+		$(LABEXT)/tsconfig.tsbuildinfo

@@ -10,6 +10,9 @@ callback runs later, on the loop, once the write is committed or has failed (nev
 from __future__ import annotations
 
 import asyncio
+import json
+import re
+import sqlite3
 from collections.abc import Callable
 
 from klbr_supervisor.store import CellRecord, Store, StoreError, queries
@@ -21,6 +24,20 @@ from .requests import Request
 OUTPUT_TYPES = frozenset({"stream", "display_data", "update_display_data", "execute_result", "error", "clear_output"})
 
 Then = Callable[[StoreError | None], None]
+
+
+# nbformat 4.5's cell id: what a frontend's id must be to be recorded and exported as one.
+_CELL_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+
+
+def frontend_cell_id(req: Request) -> str | None:
+    """The id of the frontend cell an execute came from: JupyterLab 4 sends `metadata.cellId`
+    (its cell model's shared id) with every execute_request; None when absent or not an nbformat id."""
+    metadata = req.wire.body[3]
+    if b"cellId" not in bytes(metadata):  # most frontends send none: no decoding for them
+        return None
+    value = json.loads(bytes(metadata)).get("cellId")
+    return value if isinstance(value, str) and _CELL_ID.match(value) else None
 
 
 def _error_text(content: dict) -> str | None:
@@ -50,6 +67,17 @@ class CellLog:
     def required(self) -> bool:
         """Cells are refused when they cannot be recorded (`Store.required`)."""
         return self._store.required
+
+    @property
+    def session_id(self) -> int | None:
+        """This kernel session's id in the store (None when it is not recorded)."""
+        return self._store.session_id if self._store.recording else None
+
+    def recording_state(self) -> str:
+        """`recording`, `paused` (writes fail: cells are refused) or `unavailable` (not opened)."""
+        if self._store.unavailable is not None or not self._store.recording:
+            return "unavailable"
+        return "paused" if self._store.paused is not None else "recording"
 
     def state_text(self) -> str:
         """One line for `%klbr status`."""
@@ -87,6 +115,14 @@ class CellLog:
         """A cell's recorded outputs as a notebook shows them (nbformat's shape), those before `before_seq`."""
         return queries.rendered_outputs(queries.replay_outputs(self._store.reader(), cell_id, before_seq))
 
+    def frontend_cells(self, notebook: str | None, *, previous_sessions: bool) -> dict[str, sqlite3.Row]:
+        """The latest recorded cell for each frontend cell id, of this session (and of the earlier
+        sessions of this notebook); see `queries.latest_by_frontend_cell`."""
+        reader, session_id = self._store.reader(), self._store.session_id
+        assert session_id is not None
+        sessions = queries.notebook_sessions(reader, session_id, notebook) if previous_sessions else [session_id]
+        return queries.latest_by_frontend_cell(reader, sessions)
+
     async def settled(self) -> None:
         """Return once every write submitted so far is committed (what was sent is also readable)."""
         future = asyncio.get_running_loop().create_future()
@@ -97,7 +133,8 @@ class CellLog:
 
     def start(self, req: Request, generation: int | None, then: Then) -> bool:
         """The cell's `running` row, committed before the worker sees it (semantics 3)."""
-        req.record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, generation, req.digest)
+        req.record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, generation, req.digest,
+                                frontend_cell_id(req))
         return self._store.cell_started(req.record, then)
 
     def output(self, req: Request, msg_type: str, content) -> None:
@@ -119,7 +156,8 @@ class CellLog:
         store = self._store
         if not self.is_cell(req) or not store.recording or store.paused:
             return True
-        record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, None, req.digest)
+        record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, None, req.digest,
+                            frontend_cell_id(req))
         status = cell_status(content, own=req.outcome, interrupted=False)
         return store.answered(record, status=status, count=content.get("execution_count"),
                               error=_error_text(content) or "", reply=content, outputs=outputs, done=then)

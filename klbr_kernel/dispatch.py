@@ -1,6 +1,6 @@
 """From the frontend: each verified message, admitted by the `door`, goes where it belongs.
 
-kernel_info, interrupt and shutdown are the proxy's own; subshell requests are refused; shell
+kernel_info, interrupt, shutdown and the `klbr` comm are the proxy's own; subshell requests are refused; shell
 requests are queued (one in flight, semantics 11); comm messages, control requests for the worker
 and unknown types are forwarded at once (ipykernel serves comms during async cells); on stdin only
 an `input_reply` is taken, for the worker that asked. An execute sent again (the same message, on
@@ -63,6 +63,8 @@ class Dispatch:
             req.move(Phase.ANSWERED)
             proxy.replies.own(req, {"status": "aborted"} if msg_type.endswith("_request") else None)
             req.move(Phase.DONE)
+        elif req.channel == "shell" and msg_type.startswith("comm_") and proxy.comms.claims(req):
+            proxy.comms.handle(req)  # the klbr comm is the proxy's own, answered at once
         elif msg_type in OWN:
             self._own(req)
         elif msg_type in SUBSHELL:

@@ -30,6 +30,7 @@ from klbr_supervisor.wire import Wire
 
 from .answers import Answers
 from .cell_log import CellLog
+from .comm import KlbrComms
 from .delivery import Delivery
 from .dispatch import Dispatch
 from .early import MAX_MESSAGE_SIZE
@@ -64,6 +65,8 @@ class Proxy:
         self.delivery = Delivery(self)
         self.endings = Endings(self)
         self.replay = Replay(self)
+        self.comms = KlbrComms(self.frontend, self.replies, session, self.cell_log, self.supervisor, self.queue,
+                               self.start)
         self.generation: Generation | None = None
         # Requests with the current generation and not yet finished (reply and idle), by msg_id.
         self.waiting: dict[str, Request] = {}
@@ -194,11 +197,13 @@ class Proxy:
 
     def generation_ready(self, generation: Generation) -> None:
         self.guard(None, self.endings.ready, generation)
+        self.guard(None, self.comms.changed)
 
     def generation_ended(self, generation: Generation, ending: Ending) -> None:
         if self.abandoned is not None and self.abandoned[1] is generation:
             self.abandoned = None
         self.guard(None, self.endings.ended, generation, ending)
+        self.guard(None, self.comms.changed)
 
     def host_note(self, msg_id: str, text: str) -> None:
         req = self.waiting.get(msg_id)
@@ -271,4 +276,5 @@ class Proxy:
             status = (req.reply_content or {}).get("status", "ok")
             for aborted in self.queue.finish(req, status):
                 self.answers.abort(aborted)
+        self.comms.changed()  # the store may have paused or resumed with it
         asyncio.get_running_loop().call_soon(self.pump)

@@ -49,6 +49,13 @@ def history_text(supervisor: Supervisor, cell_log: CellLog, n: int) -> str:
 
 
 def status_text(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | None = None) -> str:
+    rows = status_rows(supervisor, cell_log, frontend)
+    width = max(len(k) for k, _ in rows)
+    return "".join(f"{k:<{width}}  {v}\n" for k, v in rows)
+
+
+def status_rows(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | None = None) -> list[tuple[str, str]]:
+    """What `%klbr status` shows, row by row (also the klbr comm's `hello`)."""
     st = supervisor.status()
     timeout = st["cell_timeout"]
     rows = [
@@ -69,8 +76,7 @@ def status_text(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | 
         ("cell log", cell_log.state_text()),
         ("dropped", frontend.drops.status() if frontend is not None else "-"),
     ]
-    width = max(len(k) for k, _ in rows)
-    return "".join(f"{k:<{width}}  {v}\n" for k, v in rows)
+    return [(k, str(v)) for k, v in rows]
 
 
 def _moved(what: str, old, new, supervisor: Supervisor) -> str:

@@ -17,7 +17,8 @@ ROOT = Path(__file__).parent.parent
 def test_the_wheel_ships_the_kernelspec_as_shared_data(tmp_path):
     # From a copy of the sources: a stale build/ directory would hide what the wheel leaves out.
     source = tmp_path / "source"
-    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", "build", ".git", "*.egg-info", "__pycache__"))
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(".venv", "build", ".git", "*.egg-info", "__pycache__",
+                                                                "node_modules", ".yarn", ".venv-ipykernel"))
     subprocess.run(
         [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(tmp_path), str(source)],
         check=True,
@@ -34,6 +35,17 @@ def test_the_wheel_ships_the_kernelspec_as_shared_data(tmp_path):
     # Every module of both packages, subpackages included (`pip install klbr-kernel` gets no other).
     modules = {str(p.relative_to(ROOT)) for pkg in ("klbr_kernel", "klbr_supervisor") for p in (ROOT / pkg).rglob("*.py")}
     assert modules - set(names) == set()
+    # The JupyterLab extension as `make labextension` built it, every file of its bundle:
+    # `pip install klbr-kernel` is all a user does for JupyterLab to load it.
+    built = ROOT / "labextension" / "dist"
+    assert (built / "package.json").exists(), "the extension is not built: `make labextension`"
+    lab = ".data/data/share/jupyter/labextensions/klbr-jupyterlab/"
+    shipped = {n.split(lab, 1)[1] for n in names if lab in n}
+    bundle = {str(p.relative_to(built)) for p in built.rglob("*") if p.is_file()}
+    assert shipped == bundle | {"install.json"}
+    assert any(n.startswith("static/remoteEntry.") for n in shipped)
+    meta = json.loads(zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith(lab + "package.json"))))
+    assert meta["name"] == "klbr-jupyterlab" and meta["jupyterlab"]["_build"]["load"].startswith("static/")
 
 
 def test_install_writes_an_absolute_interpreter_path(tmp_path):

@@ -245,14 +245,27 @@ def export_notebook(conn: sqlite3.Connection, session_id: int) -> dict:
         "klbr": {"session": session_id, "notebook": session["notebook"], "started": session["started"],
                  "ended": session["ended"]},
     }}
-    for row in conn.execute("SELECT * FROM cells WHERE session_id = ? ORDER BY id", (session_id,)):
+    rows = conn.execute("SELECT * FROM cells WHERE session_id = ? ORDER BY id", (session_id,)).fetchall()
+    # A cell run again has one row per run: its frontend id goes to the last of them (what the
+    # notebook showed), the others keep ids of their own, so the ids stay unique (nbformat 4.5).
+    latest = {row["frontend_cell_id"]: row["id"] for row in rows if row["frontend_cell_id"]}
+    for row in rows:
         meta = {"cell": row["id"], "status": row["status"], "generation": row["generation"],
                 "started": row["started"], "finished": row["finished"]}
+        frontend_id = row["frontend_cell_id"]
+        if frontend_id:
+            meta["frontend_cell_id"] = frontend_id
+        if frontend_id and latest[frontend_id] == row["id"]:
+            cell_id = frontend_id
+        else:
+            cell_id = f"klbr-{row['id']}"
+            while cell_id in latest:  # a frontend that chose ids of this shape itself
+                cell_id += "-"
         if row["error"]:
             meta["error"] = row["error"]
         if row["outputs_truncated"]:
             meta["outputs_truncated"] = True
-        nb["cells"].append({"cell_type": "code", "id": f"klbr-{row['id']}", "source": row["code"],
+        nb["cells"].append({"cell_type": "code", "id": cell_id, "source": row["code"],
                             "metadata": {"klbr": meta}, "execution_count": row["execution_count"],
                             "outputs": rendered_outputs(outputs.get(row["id"], []))})
     return nb
@@ -306,6 +319,29 @@ def replay_outputs(conn: sqlite3.Connection, cell_id: int, before_seq: int | Non
         query += " AND seq < ?"
         args.append(before_seq)
     return conn.execute(query + " ORDER BY seq", args).fetchall()
+
+
+# -- restoring a page's cells (the klbr comm) ------------------------------------------------------
+
+def latest_by_frontend_cell(conn: sqlite3.Connection, session_ids: list[int]) -> dict[str, sqlite3.Row]:
+    """The latest cell of these sessions for each frontend cell id they recorded: what that cell
+    of the notebook showed last. Rows carry no outputs (`replay_outputs` reads them)."""
+    marks = ",".join("?" * len(session_ids))
+    rows = conn.execute(
+        f"SELECT id, session_id, msg_id, frontend_cell_id, execution_count, code, status, started, finished,"
+        f" output_bytes, outputs_truncated FROM cells WHERE id IN (SELECT max(id) FROM cells"
+        f" WHERE session_id IN ({marks}) AND frontend_cell_id IS NOT NULL GROUP BY frontend_cell_id) ORDER BY id",
+        session_ids).fetchall()
+    return {row["frontend_cell_id"]: row for row in rows}
+
+
+def notebook_sessions(conn: sqlite3.Connection, session_id: int, notebook: str | None) -> list[int]:
+    """This session and the earlier ones of the same notebook path, newest first."""
+    if not notebook:
+        return [session_id]
+    earlier = [r[0] for r in conn.execute("SELECT id FROM sessions WHERE notebook = ? AND id < ? ORDER BY id DESC",
+                                          (notebook, session_id))]
+    return [session_id, *earlier]
 
 
 # -- kv (host.get, host.keys) -----------------------------------------------------------------------

@@ -83,6 +83,13 @@ MIGRATIONS: list[tuple[str, ...]] = [
     (
         """ALTER TABLE cells ADD COLUMN msg_digest TEXT""",
     ),
+    (
+        # The frontend's id of the cell an execute came from (JupyterLab's `metadata.cellId`), so a
+        # page can find a cell's outputs by the cell it shows; NULL when the frontend sends none.
+        """ALTER TABLE cells ADD COLUMN frontend_cell_id TEXT""",
+        """CREATE INDEX cells_frontend ON cells (session_id, frontend_cell_id, id)
+           WHERE frontend_cell_id IS NOT NULL""",
+    ),
 ]
 
 VERSION = len(MIGRATIONS)

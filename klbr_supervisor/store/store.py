@@ -212,9 +212,10 @@ class Store(LoggingConfigurable):
 
         def insert(c: sqlite3.Connection) -> None:
             cur = c.execute(
-                "INSERT INTO cells (session_id, generation, msg_id, client_session, msg_digest, code, status, started)"
-                " VALUES (?, ?, ?, ?, ?, ?, 'running', ?)",
-                (session_id, cell.generation, cell.msg_id, cell.client_session, cell.msg_digest, cell.code, started),
+                "INSERT INTO cells (session_id, generation, msg_id, client_session, msg_digest, frontend_cell_id,"
+                " code, status, started) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
+                (session_id, cell.generation, cell.msg_id, cell.client_session, cell.msg_digest, cell.frontend_cell_id,
+                 cell.code, started),
             )
             cell.id = cur.lastrowid
 
@@ -287,9 +288,11 @@ class Store(LoggingConfigurable):
 
         def insert(c: sqlite3.Connection) -> None:
             cur = c.execute(
-                "INSERT INTO cells (session_id, generation, msg_id, client_session, msg_digest, execution_count, code,"
-                " status, started, finished, error, reply) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (session_id, cell.generation, cell.msg_id, cell.client_session, cell.msg_digest, count, cell.code, status,
+                "INSERT INTO cells (session_id, generation, msg_id, client_session, msg_digest, frontend_cell_id,"
+                " execution_count, code, status, started, finished, error, reply)"
+                " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (session_id, cell.generation, cell.msg_id, cell.client_session, cell.msg_digest, cell.frontend_cell_id,
+                 count, cell.code, status,
                  when, when, error or None, json.dumps(reply, default=str)),
             )
             cell.id = cur.lastrowid

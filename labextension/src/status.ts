@@ -1,0 +1,92 @@
+/**
+ * The status bar item of a klbr notebook: generation, placement, recording (or PAUSED), kept current
+ * by the kernel's `state` pushes; a click shows what `%klbr status` shows, with two actions.
+ */
+
+import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
+import { INotebookTracker } from '@jupyterlab/notebook';
+import { Widget } from '@lumino/widgets';
+
+import { IKernelState, KlbrConnection } from './connection';
+
+export function stateText(state: IKernelState): string {
+  const recording = state.recording === 'recording' ? 'recording' : state.recording === 'paused' ? 'PAUSED' : 'not recording';
+  const generation = state.generation !== null ? `generation ${state.generation}` : 'no generation';
+  return `klbr: ${generation} · ${state.placement} · ${recording}`;
+}
+
+export class KlbrStatus extends Widget {
+  constructor(
+    private readonly _tracker: INotebookTracker,
+    private readonly _connections: WeakMap<object, KlbrConnection>
+  ) {
+    super();
+    this.addClass('klbr-StatusItem');
+    this.node.title = 'klbr: click for the kernel status';
+    this.node.addEventListener('click', () => void this._open());
+    _tracker.currentChanged.connect(this._follow, this);
+    this._follow();
+  }
+
+  /** The connection of the notebook in front, if its kernel is klbr. */
+  get connection(): KlbrConnection | null {
+    const panel = this._tracker.currentWidget;
+    return panel !== null ? (this._connections.get(panel) ?? null) : null;
+  }
+
+  /** Called when a notebook's connection is made, or its state changes. */
+  refresh(): void {
+    const state = this.connection?.state ?? null;
+    this.node.textContent = state !== null ? stateText(state) : '';
+    this.node.dataset.klbrRecording = state?.recording ?? '';
+    this.setHidden(state === null);
+  }
+
+  private _follow(): void {
+    const connection = this.connection;
+    if (connection !== null && connection !== this._watched) {
+      this._watched?.stateChanged.disconnect(this.refresh, this);
+      connection.stateChanged.connect(this.refresh, this);
+      this._watched = connection;
+    }
+    this.refresh();
+  }
+
+  private async _open(): Promise<void> {
+    const connection = this.connection;
+    if (connection === null || connection.state === null) {
+      return;
+    }
+    const state = await connection.hello().catch(() => connection.state);
+    if (state === null) {
+      return;
+    }
+    const body = new Widget({ node: document.createElement('pre') });
+    body.addClass('klbr-StatusDialog');
+    const width = Math.max(...state.status.map(([key]) => key.length));
+    body.node.textContent = state.status.map(([key, value]) => `${key.padEnd(width)}  ${value}`).join('\n');
+    const replay = Dialog.okButton({ label: 'Replay the selected cell', caption: 'Put its recorded outputs back into it' });
+    const restart = Dialog.warnButton({ label: 'Restart the generation', caption: 'As %klbr restart: a fresh namespace' });
+    const result = await showDialog({ title: 'klbr status', body, buttons: [Dialog.cancelButton({ label: 'Close' }), restart, replay] });
+    if (result.button.label === replay.label) {
+      const cell = this._tracker.activeCell;
+      if (cell === null || cell.model.type !== 'code') {
+        Notification.warning('klbr: select a code cell to replay');
+        return;
+      }
+      const found = await connection.replayCell(cell.model.id).catch(() => false);
+      if (!found) {
+        Notification.warning('klbr has no recorded run of the selected cell (never run, or run before it was saved)');
+      }
+    } else if (result.button.label === restart.label) {
+      try {
+        const answer = await connection.request('restart');
+        Notification.info(`klbr: ${String(answer.text)}`, { autoClose: 5000 });
+      } catch (error) {
+        Notification.error(`klbr: the restart failed: ${(error as Error).message}`);
+      }
+    }
+  }
+
+  private _watched: KlbrConnection | null = null;
+}
