@@ -10,6 +10,7 @@ replies to it (ipykernel drops what its handler raised on) is answered here afte
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from typing import TYPE_CHECKING
 
@@ -67,11 +68,10 @@ class Delivery:
         """
         if not req.content.get("stop_on_error", True) and req.body is None:
             return req.wire.frames()
-        session = self.proxy.session
-        content = dict(req.content, stop_on_error=False, code=req.worker_code)
         body = req.wire.body
-        packed = [bytes(body[1]), bytes(body[2]), bytes(body[3]), session.pack(content)]
-        return [req.wire.frames()[0], session.sign(packed), *packed, *body[5:]]
+        msg = {"header": req.header, "parent_header": req.wire.parent, "metadata": json.loads(bytes(body[3])),
+               "content": dict(req.content, stop_on_error=False, code=req.worker_code)}
+        return [*self.proxy.session.serialize(msg), *body[5:]]
 
     # -- from the worker ---------------------------------------------------------------------------
 
