@@ -307,6 +307,11 @@ def session_id() -> str | None:
     return _bound.session_id if _bound else None
 
 
+def bound_max_message_size() -> int | None:
+    """The cap shell, control and stdin were bound with (`max_message_size`); None if nothing was bound."""
+    return _bound.max_message_size if _bound else None
+
+
 def take() -> Bound | None:
     """Stop answering and hand everything over (once); None when nothing was bound early."""
     global _bound, _responder

@@ -60,11 +60,7 @@ class Frontend:
             sockets, self._heartbeat = early.bind(self.info, self._context, self.max_message_size)
         else:
             sockets, self._heartbeat = bound.sockets, bound.heartbeat
-            if bound.max_message_size != self.max_message_size:  # set by a config file (see early)
-                log.warning("KlbrKernelApp.max_message_size = %d from a config file is not applied: it takes "
-                            "effect on the kernel's command line (the kernelspec's argv). Shell, control and "
-                            "stdin take frames up to %d bytes.", self.max_message_size, bound.max_message_size)
-                self.max_message_size = bound.max_message_size
+            self.max_message_size = bound.max_message_size  # another value is the app's to report
             self._subscriptions = bound.subscriptions
             for signature in bound.answered:
                 self._remember(signature)
