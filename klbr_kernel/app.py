@@ -80,6 +80,24 @@ class KlbrKernelApp(JupyterApp):
                              shlex.join(withheld))
         return passed
 
+    def _check_frame_cap(self) -> None:
+        """The early front bound shell, control and stdin with the cap it read from the command line
+        itself, before traitlets was imported (`early.max_message_size`): checked here against what
+        traitlets read. A config file's other value comes too late to apply (binding again would lose
+        what is in flight), and is reported; a command line read two ways is a bug in klbr, reported
+        louder. Either way the sockets keep the cap they were bound with."""
+        bound = early.bound_max_message_size()
+        if bound is None or bound == self.max_message_size:
+            return
+        if "KlbrKernelApp.max_message_size" in self.cli_config:
+            self.log.error("klbr kernel: the early front read KlbrKernelApp.max_message_size on the command line as "
+                           "%d, traitlets as %d. Shell, control and stdin take frames up to %d bytes.",
+                           bound, self.max_message_size, bound)
+        else:
+            self.log.warning("KlbrKernelApp.max_message_size = %d from a config file is not applied: it takes "
+                             "effect on the kernel's command line (the kernelspec's argv). Shell, control and "
+                             "stdin take frames up to %d bytes.", self.max_message_size, bound)
+
     def start(self) -> None:
         # The level on the loggers themselves, so per-cell debug calls build no records at all: the
         # app's, and those of klbr's modules (whose records reach the same stderr through the root).
@@ -114,6 +132,7 @@ class KlbrKernelApp(JupyterApp):
         session_id = early.session_id() or (worker.session_id if worker else None)
         if session_id is not None:
             session.session = session_id
+        self._check_frame_cap()
         worker_options = self.worker_options()
         if worker_options:
             self.log.info("klbr kernel: every worker gets %s", shlex.join(worker_options))

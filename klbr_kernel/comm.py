@@ -214,7 +214,7 @@ class KlbrComms:
         """The cell running now (whose snapshot is cut at its current output), and followers
         registered on it and on the cells queued behind it, before anything is read."""
         inflight = self._queue.inflight
-        live = inflight if (inflight is not None and inflight.phase is Phase.SENT and inflight.record is not None
+        live = inflight if (inflight is not None and inflight.with_worker and inflight.record is not None
                             and inflight.record.id is not None) else None
         followed: list[tuple[Request, Follower]] = []
         if not ask.follow:

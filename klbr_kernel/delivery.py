@@ -10,17 +10,24 @@ replies to it (ipykernel drops what its handler raised on) is answered here afte
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
-from typing import TYPE_CHECKING
 
+from jupyter_client.session import Session
+
+from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.wire import Wire
 
-from .cell_log import OUTPUT_TYPES
+from .answers import Answers
+from .boundary import Boundary
+from .cell_log import OUTPUT_TYPES, CellLog
+from .current import Current
+from .frontend import Frontend
 from .outcomes import no_reply_error, timeout_error, unrecorded_notice
+from .queue import ShellQueue
+from .replies import Replies
 from .requests import Phase, Request
-
-if TYPE_CHECKING:
-    from .proxy import Proxy
+from .stdin import StdinRelay
 
 log = logging.getLogger(__name__)
 
@@ -30,8 +37,20 @@ NO_REPLY_GRACE = 5.0
 
 
 class Delivery:
-    def __init__(self, proxy: Proxy):
-        self.proxy = proxy
+    def __init__(self, boundary: Boundary, *, current: Current, queue: ShellQueue, supervisor: Supervisor,
+                 cell_log: CellLog, answers: Answers, replies: Replies, stdin: StdinRelay, frontend: Frontend,
+                 session: Session):
+        """`session`: the frontend's, which builds the worker's copy of an execute."""
+        self._boundary = boundary
+        self._current = current
+        self._queue = queue
+        self._supervisor = supervisor
+        self._cell_log = cell_log
+        self._answers = answers
+        self._replies = replies
+        self._stdin = stdin
+        self._frontend = frontend
+        self._session = session
         self.notice: str | None = None  # stderr text the next cell starts with
         self._told_unrecorded = False
 
@@ -39,22 +58,19 @@ class Delivery:
 
     def send(self, req: Request) -> None:
         """Send the request in flight (QUEUED or RECORDING) to the current generation."""
-        proxy = self.proxy
-        req.generation = proxy.generation
-        req.move(Phase.SENT)
-        proxy.waiting[req.msg_id] = req
+        self._current.send(req)
         if req.msg_type != "execute_request":
-            proxy.supervisor.send("shell", req.wire.frames())
+            self._supervisor.send("shell", req.wire.frames())
             return
-        proxy.last_execute = req
-        unavailable = proxy.cell_log.unavailable
+        self._current.last_execute = req
+        unavailable = self._cell_log.unavailable
         if unavailable is not None and not self._told_unrecorded and not req.silent:
             self._told_unrecorded = True
             self.notice = unrecorded_notice(unavailable) + (self.notice or "")
         if not req.silent:
-            proxy.answers.notices(req, self.notice)
+            self._answers.notices(req, self.notice)
             self.notice = None
-        proxy.supervisor.send_execute(self._as_worker_execute(req), msg_id=req.msg_id, code=req.worker_code,
+        self._supervisor.send_execute(self._as_worker_execute(req), msg_id=req.msg_id, code=req.worker_code,
                                       counts=req.counts, timeout=req.timeout,
                                       cell_id=req.record.id if req.record is not None else None)
 
@@ -67,89 +83,89 @@ class Delivery:
         """
         if not req.content.get("stop_on_error", True) and req.body is None:
             return req.wire.frames()
-        session = self.proxy.session
-        content = dict(req.content, stop_on_error=False, code=req.worker_code)
         body = req.wire.body
-        packed = [bytes(body[1]), bytes(body[2]), bytes(body[3]), session.pack(content)]
-        return [req.wire.frames()[0], session.sign(packed), *packed, *body[5:]]
+        msg = {"header": req.header, "parent_header": req.wire.parent, "metadata": json.loads(bytes(body[3])),
+               "content": dict(req.content, stop_on_error=False, code=req.worker_code)}
+        return [*self._session.serialize(msg), *body[5:]]
 
     # -- from the worker ---------------------------------------------------------------------------
 
     def message(self, channel: str, wire: Wire, req: Request | None) -> None:
         """A message from the current generation; `req` is the request it answers, if tracked."""
-        proxy = self.proxy
         if channel == "iopub":
             self._iopub(wire, req)
         elif channel == "stdin":
-            req = req or proxy.last_execute
+            req = req or self._current.last_execute
             if req is not None:
-                proxy.stdin.to_frontend(req, wire)
-        elif req is not None and req.phase is Phase.SENT and req.reply is None:
-            req.reply = wire
-            if req.idle is None:  # it follows at once; a worker that loses it must not wedge the queue
-                asyncio.get_running_loop().call_later(NO_REPLY_GRACE, self.proxy.guarded(req, self._no_idle),
-                                                      req, req.generation, wire)
+                self._stdin.to_frontend(req, wire)
+        elif req is not None and req.awaits_reply:
+            idle_first = req.phase is Phase.AWAITING_REPLY
+            if not idle_first:
+                req.move(Phase.AWAITING_IDLE)
+                # The idle follows at once; a worker that loses it must not wedge the queue.
+                asyncio.get_running_loop().call_later(NO_REPLY_GRACE, self._boundary.guarded(req, self._no_idle),
+                                                      req, req.tries)
             if wire.msg_type == "execute_reply":
                 self._execute_reply(req, wire)
             else:
                 req.reply_content = wire.content if req.msg_type == "execute_request" else None
                 self._hold(req, lambda: self._forward_reply(req, wire))
-            self._check_done(req)
+            if idle_first:
+                self.finished(req)
 
     def _forward_reply(self, req: Request, wire: Wire) -> None:
-        self.proxy.replies.replied(req)
-        if not self.proxy.frontend.forward(req.channel, req.idents, wire.frames()):
+        self._replies.replied(req)
+        if not self._frontend.forward(req.channel, req.idents, wire.frames()):
             req.orphaned = True
 
     def _execute_reply(self, req: Request, wire: Wire) -> None:
-        proxy = self.proxy
+        supervisor = self._supervisor
         count = wire.content.get("execution_count")
         if req.counts and isinstance(count, int) and wire.content.get("status") != "aborted":
-            proxy.supervisor.worker_count(count)
+            supervisor.worker_count(count)
         content = wire.content
-        if (proxy.supervisor.cells.timed_out(req.msg_id) and content.get("status") == "error"
+        if (supervisor.cells.timed_out(req.msg_id) and content.get("status") == "error"
                 and content.get("ename") == "KeyboardInterrupt"):
             # The deadline's interrupt worked: the namespace is kept, but the cell's outcome is the
             # deadline, not a KeyboardInterrupt the user never pressed. (A cell that caught it and
             # went on to another end is answered with that end.)
-            error = timeout_error(req.count, proxy.supervisor.policy.timeout_for(req.timeout), killed=False)
+            error = timeout_error(req.count, supervisor.policy.timeout_for(req.timeout), killed=False)
             content = {"status": "error", **error.content(), "execution_count": count}
             req.reply_content, req.outcome = content, error.status
-            proxy.answers.output(req, "error", error.content())
-            self._hold(req, lambda: proxy.replies.reply(req, content))
+            self._answers.output(req, "error", error.content())
+            self._hold(req, lambda: self._replies.reply(req, content))
         else:
             req.reply_content = content
             self._hold(req, lambda: self._forward_reply(req, wire))
-        if req.record is not None and req is proxy.queue.inflight:
+        if req.record is not None and req is self._queue.inflight:
             # The outcome commits now, while the worker's idle is still on its way: usually it is
             # durable before the idle arrives, and nothing waits for it.
             self._commit(req)
 
     def _iopub(self, wire: Wire, req: Request | None) -> None:
-        proxy = self.proxy
+        frontend = self._frontend
         msg_type = wire.msg_type
         if msg_type == "status":
             # Brackets are the proxy's to give (semantics 1): busy once per request (also when it
             # is retried), idle when it is finished; status about anything else is not forwarded.
-            if req is None or req.phase is not Phase.SENT:
+            if req is None or not req.with_worker:
                 return
             state = wire.content.get("execution_state")
             if state == "busy" and not req.busy_sent:
                 req.busy_sent = True
-                proxy.frontend.publish(wire)
-                if req.msg_type == "execute_request" and req is proxy.queue.inflight:
-                    proxy.supervisor.cells.started(req.msg_id)
-            elif state == "idle" and req.idle is None:
-                req.idle = wire
-                self._hold(req, lambda: (proxy.replies.dropped_notice(req), proxy.frontend.publish(wire)))
-                self._check_done(req)
+                frontend.publish(wire)
+                if req.msg_type == "execute_request" and req is self._queue.inflight:
+                    self._supervisor.cells.started(req.msg_id)
+            elif state == "idle" and req.awaits_idle:
+                self._hold(req, lambda: (self._replies.dropped_notice(req), frontend.publish(wire)))
+                self._idle(req)
             return
-        proxy.frontend.publish(wire)
+        frontend.publish(wire)
         if msg_type in OUTPUT_TYPES:
             if req is not None:
                 if req.record is not None:
-                    proxy.cell_log.output(req, msg_type, wire.body[4])
-                if not proxy.frontend.subscriptions:
+                    self._cell_log.output(req, msg_type, wire.body[4])
+                if not frontend.subscriptions:
                     req.unseen += 1
                 for follower in req.followers:
                     follower.output(msg_type, wire.content)
@@ -158,44 +174,42 @@ class Delivery:
             if req is not None and isinstance(count, int):
                 req.count = count
                 if req.counts:
-                    proxy.supervisor.worker_count(count)  # a replay answered meanwhile takes the next
+                    self._supervisor.worker_count(count)  # a replay answered meanwhile takes the next
         elif msg_type == "comm_open":
-            proxy.open_comms.add(str(wire.content.get("comm_id", "")))
+            self._current.open_comms.add(str(wire.content.get("comm_id", "")))
         elif msg_type == "comm_close":
-            proxy.open_comms.discard(str(wire.content.get("comm_id", "")))
+            self._current.open_comms.discard(str(wire.content.get("comm_id", "")))
 
-    def _check_done(self, req: Request) -> None:
-        """Finished once its idle and (if it has one) its reply are in."""
-        if req.idle is None:
-            return
-        if req.expects_reply and req.reply is None:
-            asyncio.get_running_loop().call_later(NO_REPLY_GRACE, self.proxy.guarded(req, self._no_reply),
-                                                  req, req.generation, req.idle)
+    def _idle(self, req: Request) -> None:
+        """The worker's idle for `req` is in: finished, unless it is to reply and has not yet."""
+        if req.phase is Phase.SENT and req.expects_reply:
+            req.move(Phase.AWAITING_REPLY)
+            asyncio.get_running_loop().call_later(NO_REPLY_GRACE, self._boundary.guarded(req, self._no_reply),
+                                                  req, req.tries)
             return
         self.finished(req)
 
-    def _no_reply(self, req: Request, generation, idle: Wire) -> None:
+    def _no_reply(self, req: Request, tries: int) -> None:
         """The worker went idle for `req` long ago and never replied: the proxy replies instead.
         Unless `req` has moved on since (its generation ended and it was sent again: that idle is
         not this try's)."""
-        proxy = self.proxy
-        if req.phase is not Phase.SENT or req.reply is not None or req.generation is not generation or req.idle is not idle:
+        if req.phase is not Phase.AWAITING_REPLY or req.tries != tries:
             return
         error = no_reply_error(req.msg_type, NO_REPLY_GRACE)
         content = {"status": "error", **error.content()}
         if req.msg_type == "execute_request":
-            content["execution_count"] = req.count if req.count is not None else proxy.supervisor.counts.last
-            proxy.answers.output(req, "error", error.content())
+            content["execution_count"] = req.count if req.count is not None else self._supervisor.counts.last
+            self._answers.output(req, "error", error.content())
         req.reply_content, req.outcome = content, error.status
-        self._hold(req, lambda: proxy.replies.reply(req, content))
-        if req.record is not None and req is proxy.queue.inflight:
+        self._hold(req, lambda: self._replies.reply(req, content))
+        if req.record is not None and req is self._queue.inflight:
             self._commit(req)
         self.finished(req)
 
-    def _no_idle(self, req: Request, generation, reply: Wire) -> None:
+    def _no_idle(self, req: Request, tries: int) -> None:
         """The worker replied to `req` long ago and its idle never came (a worker whose iopub
         dropped it): the proxy closes the bracket, as it does when a worker ends after its reply."""
-        if req.phase is Phase.SENT and req.idle is None and req.reply is reply and req.generation is generation:
+        if req.phase is Phase.AWAITING_IDLE and req.tries == tries:
             log.warning("%s %s: no idle %.0f s after its reply; the proxy sends it", req.msg_type, req.msg_id,
                         NO_REPLY_GRACE)
             self.close_bracket(req)
@@ -203,20 +217,20 @@ class Delivery:
     def finished(self, req: Request) -> None:
         """The worker has finished `req`, or the proxy closed its bracket: release it once its
         outcome is durable."""
-        proxy = self.proxy
         req.move(Phase.ANSWERED)
-        if proxy.waiting.get(req.msg_id) is req:
-            del proxy.waiting[req.msg_id]
-        if req is proxy.queue.inflight and req.msg_type == "execute_request":
-            proxy.supervisor.cells.finished(req.msg_id)
+        current = self._current
+        if current.waiting.get(req.msg_id) is req:
+            del current.waiting[req.msg_id]
+        if req is self._queue.inflight and req.msg_type == "execute_request":
+            self._supervisor.cells.finished(req.msg_id)
         if req.record is not None:
             self._settle(req)
         else:
-            self.release(req)
+            self._answers.release(req)
 
     def close_bracket(self, req: Request) -> None:
         """An execute whose worker ended after replying: its outcome stands, only its idle is missing."""
-        req.held.append(lambda: self.proxy.replies.idle(req))
+        req.held.append(lambda: self._replies.idle(req))
         self.finished(req)
 
     def _hold(self, req: Request, send) -> None:
@@ -226,13 +240,13 @@ class Delivery:
             send()
 
     def _commit(self, req: Request) -> None:
-        req.committing = True
-        req.committed_bytes = req.record.output_bytes
-        if self.proxy.cell_log.finish(req, req.reply_content or {}, self.proxy.guarded(req, lambda error: self._committed(req))):
+        req.commit.begin(req.record.output_bytes)
+        if self._cell_log.finish(req, req.reply_content or {},
+                                 self._boundary.guarded(req, lambda error: self._committed(req))):
             self._committed(req)
 
     def _committed(self, req: Request) -> None:
-        req.committing = False
+        req.commit.landed()
         self._settle(req)
 
     def _settle(self, req: Request) -> None:
@@ -240,18 +254,9 @@ class Delivery:
         output before the idle, is committed (semantics 3). An output that came between the reply
         and the idle (they travel on different sockets) costs one more commit: counted in bytes, which
         every output adds to, also one past `Store.max_output_bytes` that is counted and not kept."""
-        if req.committing or req.phase is not Phase.ANSWERED:
+        if req.commit.running or req.phase is not Phase.ANSWERED:
             return
-        if req.committed_bytes == req.record.output_bytes:
-            self.release(req)
+        if req.commit.covers(req.record.output_bytes):
+            self._answers.release(req)
         else:
             self._commit(req)
-
-    def release(self, req: Request) -> None:
-        """The outcome is committed: now the frontend may see the reply and idle that were held."""
-        req.move(Phase.DONE)
-        held, req.held = req.held, []
-        for send in held:
-            send()
-        self.proxy.answers.unseen(req)
-        self.proxy.complete(req)

@@ -9,31 +9,54 @@ any channel) is answered from the record and never run again (semantics 9).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
+from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.wire import Wire
 
 from . import door
+from .answers import Answers
+from .comm import KlbrComms
+from .boundary import Boundary
+from .current import Current
+from .drops import Drops
 from .kernel_info import kernel_info_content
+from .lifecycle import Lifecycle
 from .magics import MagicError, cell_timeout, line_magics
 from .outcomes import CellError, refusal_error
+from .queue import ShellQueue
+from .replies import Replies
 from .requests import OWN, QUEUED, SUBSHELL, Phase, Request
-
-if TYPE_CHECKING:
-    from .proxy import Proxy
+from .status import MagicCells
+from .stdin import StdinRelay
 
 
 class Dispatch:
-    def __init__(self, proxy: Proxy):
-        self.proxy = proxy
+    def __init__(self, boundary: Boundary, *, signed: bool, lifecycle: Lifecycle, queue: ShellQueue,
+                 current: Current, supervisor: Supervisor, answers: Answers, magic_cells: MagicCells,
+                 replies: Replies, stdin: StdinRelay, drops: Drops, comms: KlbrComms):
+        """`signed`: the frontend's messages are signed with a key (what an execute's digest is, see
+        `door.digest`); `drops`: where what is not served is counted; `comms`: the klbr comm, the
+        proxy's own."""
+        self._boundary = boundary
+        self._signed = signed
+        self._lifecycle = lifecycle
+        self._queue = queue
+        self._current = current
+        self._supervisor = supervisor
+        self._answers = answers
+        self._magic_cells = magic_cells
+        self._replies = replies
+        self._stdin = stdin
+        self._comms = comms
+        self._drops = drops
 
     def message(self, channel: str, wire: Wire) -> None:
+        """Every verified message from the frontend (the `Frontend`'s callback)."""
         try:
-            req = door.admit(channel, wire, signed=self.proxy.session.auth is not None)
+            req = door.admit(channel, wire, signed=self._signed)
         except door.Refused as refused:
-            self.proxy.guard(None, self._refuse, channel, wire, refused)
+            self._boundary.guard(None, self._refuse, channel, wire, refused)
             return
-        self.proxy.guard(req, self._route, req)
+        self._boundary.guard(req, self._route, req)
 
     def _refuse(self, channel: str, wire: Wire, refused: door.Refused) -> None:
         """A request the door did not let in gets its error reply and bracket; anything else is
@@ -41,38 +64,38 @@ class Dispatch:
         client cannot read back (a date that does not parse)."""
         what = f"a {str(wire.header.get('msg_type'))[:100]}"
         if channel == "stdin" or not refused.answerable:
-            self.proxy.frontend.drops.drop(channel, refused.why, what)
+            self._drops.drop(channel, refused.why, what)
             return
-        self.proxy.frontend.drops.refuse(channel, refused.why, what)
+        self._drops.refuse(channel, refused.why, what)
         identity = {k: wire.header[k] for k in ("msg_id", "msg_type", "session", "username", "version")
                     if k in wire.header}
         req = Request(channel, Wire(wire.prefix, wire.body, identity, wire.parent))
         content = None
         if req.msg_type.endswith("_request"):
             content = {"status": "error", **CellError(refused.ename, refused.why).content()}
-        self.proxy.replies.refuse(req, content)
+        self._replies.refuse(req, content)
 
     def _route(self, req: Request) -> None:
-        proxy, msg_type = self.proxy, req.msg_type
+        msg_type = req.msg_type
         if req.channel == "stdin":
             if msg_type == "input_reply":
-                proxy.stdin.to_worker(req.wire.frames())
+                self._stdin.to_worker(req.wire.frames())
             else:
-                proxy.frontend.drops.drop("stdin", "only input_reply belongs there", f"a {msg_type}")
-        elif proxy.stopping:
+                self._drops.drop("stdin", "only input_reply belongs there", f"a {msg_type}")
+        elif not self._lifecycle.serving:
             req.move(Phase.ANSWERED)
-            proxy.replies.own(req, {"status": "aborted"} if msg_type.endswith("_request") else None)
+            self._replies.own(req, {"status": "aborted"} if msg_type.endswith("_request") else None)
             req.move(Phase.DONE)
-        elif req.channel == "shell" and msg_type.startswith("comm_") and proxy.comms.claims(req):
-            proxy.comms.handle(req)  # the klbr comm is the proxy's own, answered at once
+        elif req.channel == "shell" and msg_type.startswith("comm_") and self._comms.claims(req):
+            self._comms.handle(req)  # the klbr comm is the proxy's own, answered at once
         elif msg_type in OWN:
             self._own(req)
         elif msg_type in SUBSHELL:
             error = CellError("SubshellsNotSupported", "klbr does not offer kernel subshells")
             req.move(Phase.ANSWERED)
-            proxy.replies.own(req, {"status": "error", **error.content()})
+            self._replies.own(req, {"status": "error", **error.content()})
             req.move(Phase.DONE)
-        elif msg_type == "execute_request" and proxy.replies.duplicate(req):
+        elif msg_type == "execute_request" and self._replies.duplicate(req):
             return
         elif req.channel == "shell" and msg_type in QUEUED:
             if msg_type == "execute_request":
@@ -80,10 +103,10 @@ class Dispatch:
                 if req.magics and all(magic.command == "replay" for magic in req.magics):
                     # A replay only reads the log: answered at once, also while a cell runs.
                     req.move(Phase.PROXY)
-                    proxy.start(proxy.answers.magics(req), "a %klbr replay cell", req)
+                    self._boundary.start(self._magic_cells.run(req), "a %klbr replay cell", req)
                     return
-            proxy.queue.push(req)
-            proxy.pump()
+            self._queue.push(req)
+            self._boundary.pump()
         else:
             self.forward(req)
 
@@ -101,40 +124,32 @@ class Dispatch:
             req.magic_error = str(e)
 
     def _own(self, req: Request) -> None:
-        proxy = self.proxy
         if req.msg_type == "kernel_info_request":
-            gen = proxy.generation
+            gen = self._current.generation
             content = kernel_info_content(gen.kernel_info if gen else None, gen.number if gen else None,
-                                          proxy.supervisor.where.spec)
+                                          self._supervisor.where.spec)
             req.move(Phase.ANSWERED)
-            proxy.replies.own(req, content)
+            self._replies.own(req, content)
             req.move(Phase.DONE)
         elif req.msg_type == "interrupt_request":
             req.move(Phase.PROXY)
-            proxy.start(proxy.answers.interrupt(req), "an interrupt_request", req)
+            self._boundary.start(self._lifecycle.interrupt_request(req), "an interrupt_request", req)
         elif req.msg_type == "shutdown_request":
             req.move(Phase.PROXY)
-            proxy.start(proxy.answers.shutdown(req), "a shutdown_request", req)
+            self._boundary.start(self._lifecycle.shutdown(req), "a shutdown_request", req)
 
     def forward(self, req: Request) -> None:
-        """comm messages, control requests for the worker, unknown types: not queued."""
-        proxy = self.proxy
-        gen = proxy.generation
-        if gen is None:
-            refusal = proxy.supervisor.refusal(None)
+        """comm messages, control requests for the worker, unknown types: not queued. Also called
+        by `Endings` for what was held until a generation was ready."""
+        current = self._current
+        if current.generation is None:
+            refusal = self._supervisor.refusal(None)
             if refusal is not None:  # a crash loop: no generation comes until `%klbr restart`
-                proxy.answers.refuse_forwarded(req, refusal_error(refusal))
+                self._answers.refuse_forwarded(req, refusal_error(refusal))
                 return
-            proxy.held.append(req)
-            proxy.supervisor.ensure_started()
+            current.held.append(req)
+            self._supervisor.ensure_started()
             return
-        req.generation = gen
-        req.move(Phase.SENT)
-        proxy.waiting[req.msg_id] = req
-        if req.msg_type == "comm_open":
-            proxy.open_comms.add(req.content["comm_id"])
-        elif req.msg_type == "comm_close":
-            proxy.open_comms.discard(req.content["comm_id"])
-        elif req.msg_type == "debug_request":
-            proxy.debugging = True
-        proxy.supervisor.send(req.channel, req.wire.frames())
+        current.send(req)
+        current.forwarded(req)
+        self._supervisor.send(req.channel, req.wire.frames())

@@ -1,4 +1,4 @@
-"""What the frontend's sockets let through unserved: counted, and logged at a bounded rate (issue H).
+"""What the frontend's sockets let through unserved: counted, and logged at a bounded rate.
 
 Called by the `Frontend` (frames that fail verification, replays, what is not a subscription on
 iopub) and the `Dispatch` (messages the door refuses: answered with an error, or only dropped). A

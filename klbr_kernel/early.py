@@ -20,16 +20,13 @@ the first answer.
 
 from __future__ import annotations
 
-import hmac
 import json
 import threading
 from datetime import datetime, timezone
-from hmac import compare_digest
 
 import zmq
 
-from klbr_supervisor import prelaunch
-from klbr_supervisor.protocol import DELIM
+from klbr_supervisor import prelaunch, protocol
 
 from . import encryption
 from .heartbeat import Heartbeat
@@ -45,8 +42,8 @@ IOPUB_QUEUE = 200
 # everything (an empty topic) or to a short prefix.
 SUBSCRIPTION_MAX = 4096
 # The longest frame taken on shell, control and stdin unless `KlbrKernelApp.max_message_size` says
-# otherwise: well above the 64 MiB content a frontend may legally send (issue 15, item 3). libzmq
-# checks each frame's size before it allocates it and disconnects a sender whose frame is longer.
+# otherwise: well above the 64 MiB content a frontend may legally send. libzmq checks each frame's
+# size before it allocates it and disconnects a sender whose frame is longer.
 MAX_MESSAGE_SIZE = 256 << 20
 _SIZE_OPTION = "KlbrKernelApp.max_message_size"
 _KINDS = {"shell": zmq.ROUTER, "control": zmq.ROUTER, "stdin": zmq.ROUTER, "iopub": zmq.XPUB}
@@ -177,9 +174,7 @@ class _Responder(threading.Thread):
     def __init__(self, bound: Bound, info: dict, context: zmq.Context):
         super().__init__(name="klbr-early", daemon=True)
         self._bound = bound
-        key = info.get("key", "").encode()
-        scheme = info.get("signature_scheme", "hmac-sha256")
-        self._auth = hmac.new(key, digestmod=scheme.split("-", 1)[1]) if key else None
+        self._signer = protocol.Signer(info.get("key", "").encode(), info.get("signature_scheme", "hmac-sha256"))
         # Both ends connected before the thread starts (which hands its end over), so a stop is
         # never sent to a pair that is not there yet.
         url = f"inproc://klbr-early-{id(self)}"
@@ -226,31 +221,29 @@ class _Responder(threading.Thread):
             stop.close(linger=0)
 
     def _answered(self, channel: str, frames: list[zmq.Frame]) -> bool:
-        """Answer `frames` if they are a correctly signed, first-time kernel_info_request."""
-        data = [frame.bytes for frame in frames]
-        if DELIM not in data:
-            return False
-        i = data.index(DELIM)
-        body = data[i + 1 : i + 6]
-        if len(body) < 5 or (self._auth is not None and not compare_digest(body[0], self._sign(body[1:5]))):
-            return False
+        """Answer `frames` if they are a correctly signed, first-time kernel_info_request: cut and
+        verified as the `Frontend` does (`protocol`), so both judge a message alike."""
         try:
-            header = json.loads(body[1])
-            json.loads(body[4])
-        except ValueError:
+            prefix, body = protocol.split(frames)
+            header, _, _, raw_content = protocol.verify(body, self._signer.sign if self._signer.keyed else None)
+            header = json.loads(header)
+            json.loads(raw_content)  # content the door would refuse is not answered here either
+        except ValueError:  # no message, a bad signature, or no JSON: the Frontend reports it
             return False
         if not isinstance(header, dict) or header.get("msg_type") != "kernel_info_request":
             return False
-        if body[0] and body[0] in self._bound.answered:
+        signature = protocol.as_bytes(body[0])
+        if signature and signature in self._bound.answered:
             return False  # a replay: the Frontend drops it
-        self._bound.answered.append(body[0])
+        self._bound.answered.append(signature)
         sockets = self._bound.sockets
         self._publish("status", {"execution_state": "busy"}, header)
         metadata = {"started": _now(), "dependencies_met": True, "engine": self._bound.session_id, "status": "ok"}
         # "local": the only placement there is; the proxy's own answers name the configured one.
         content = kernel_info_content(None, None, "local")
         try:
-            sockets[channel].send_multipart(data[:i] + self._message("kernel_info_reply", content, header, metadata))
+            sockets[channel].send_multipart([*map(protocol.as_bytes, prefix),
+                                             *self._message("kernel_info_reply", content, header, metadata)])
         except zmq.ZMQError:
             pass  # the client went away (shell is ROUTER_MANDATORY): nobody to answer
         self._publish("status", {"execution_state": "idle"}, header)
@@ -274,15 +267,7 @@ class _Responder(threading.Thread):
         header = {"msg_id": prelaunch.new_id(), "session": self._bound.session_id, "username": "kernel",
                   "date": _now(), "msg_type": msg_type, "version": PROTOCOL_VERSION}
         parts = [json.dumps(part).encode() for part in (header, parent, metadata or {}, content)]
-        return [DELIM, self._sign(parts), *parts]
-
-    def _sign(self, parts: list[bytes]) -> bytes:
-        if self._auth is None:
-            return b""
-        h = self._auth.copy()
-        for part in parts:
-            h.update(part)
-        return h.hexdigest().encode()
+        return [protocol.DELIM, self._signer.sign(parts), *parts]
 
 
 def _now() -> str:
@@ -320,6 +305,11 @@ def start(argv: list[str]) -> None:
 def session_id() -> str | None:
     """The session id the early answers carried, which the proxy keeps; None if nothing was bound."""
     return _bound.session_id if _bound else None
+
+
+def bound_max_message_size() -> int | None:
+    """The cap shell, control and stdin were bound with (`max_message_size`); None if nothing was bound."""
+    return _bound.max_message_size if _bound else None
 
 
 def take() -> Bound | None:

@@ -1,4 +1,4 @@
-"""CurveZMQ on the frontend's five sockets, when the connection file asks for it (issue 15, item 7).
+"""CurveZMQ on the frontend's five sockets, when the connection file asks for it.
 
 jupyter_client (8.9 and later, `KernelManager.transport_encryption`) writes a server keypair into a
 kernel's connection file, `curve_publickey` and `curve_secretkey` (Z85 text), when the kernelspec

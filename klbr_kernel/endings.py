@@ -16,64 +16,78 @@ waited is aborted and nothing is retried (semantics 13).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
 from klbr_supervisor.generation import Generation
 from klbr_supervisor.policy import may_retry
 from klbr_supervisor.states import Ending, EndReason
+from klbr_supervisor.supervisor import Supervisor
 
+from .answers import Answers
+from .boundary import Boundary
+from .current import Current
+from .delivery import Delivery
+from .frontend import Frontend
 from .outcomes import CellError, ending_error, refusal_error, timeout_error
+from .queue import ShellQueue
+from .replies import Replies
 from .requests import CONTROL_REPLIES, QUEUED, Phase, Request
-
-if TYPE_CHECKING:
-    from .proxy import Proxy
+from .states import LinkState
 
 
 class Endings:
-    def __init__(self, proxy: Proxy):
-        self.proxy = proxy
+    def __init__(self, boundary: Boundary, *, current: Current, queue: ShellQueue, supervisor: Supervisor,
+                 answers: Answers, delivery: Delivery, forward: Callable[[Request], None], replies: Replies,
+                 frontend: Frontend):
+        """`forward(req)`: send on what waited for a generation (`Dispatch.forward`)."""
+        self._boundary = boundary
+        self._current = current
+        self._queue = queue
+        self._supervisor = supervisor
+        self._answers = answers
+        self._delivery = delivery
+        self._forward = forward
+        self._replies = replies
+        self._frontend = frontend
 
     def ready(self, generation: Generation) -> None:
         """`generation` takes requests: what waited for one goes to it."""
-        proxy = self.proxy
-        proxy.generation = generation
-        held, proxy.held = proxy.held, []
-        for req in held:
-            proxy.guard(req, proxy.dispatch.forward, req)
-        proxy.pump()
+        for req in self._current.ready(generation):
+            self._boundary.guard(req, self._forward, req)
+        self._boundary.pump()
 
     def ended(self, generation: Generation, ending: Ending) -> None:
         """Answer everything that waited on `generation`; retry what is safe to retry."""
-        proxy = self.proxy
-        was_current = proxy.generation is generation
-        proxy.generation = None
-        waiting, proxy.waiting = proxy.waiting, {}
-        inflight = proxy.queue.inflight
+        current, guard = self._current, self._boundary.guard
+        was_current = current.generation is generation
+        debugging = current.state is LinkState.DEBUGGING
+        waiting = current.ended(f"generation {generation.number} ended: {ending.reason.value}")
+        inflight = self._queue.inflight
         if ending.reason is EndReason.SHUTDOWN:
             for req in waiting.values():
-                proxy.guard(req, proxy.answers.abort, req)
+                guard(req, self._answers.abort, req)
             return
         for req in waiting.values():
             if req is not inflight:
-                proxy.guard(req, self._close_forwarded, req, ending, generation)
-        self._close_worker_state(generation)
-        if inflight is not None and inflight.generation is generation and inflight.phase is Phase.SENT:
-            proxy.guard(inflight, self._inflight_ended, inflight, ending, generation)
+                guard(req, self._close_forwarded, req, ending, generation)
+        self._close_worker_state(debugging)
+        if inflight is not None and inflight.generation is generation and inflight.with_worker:
+            guard(inflight, self._inflight_ended, inflight, ending, generation)
         elif was_current and ending.reason is EndReason.LOST:
-            proxy.delivery.notice = (
+            self._delivery.notice = (
                 f"klbr: the worker of generation {generation.number} (pid {generation.pid}) "
                 f"{ending.how} while idle; its namespace is gone. This cell runs in a new generation.\n"
             )
         if ending.reason is EndReason.START_FAILED:
             # No worker to wait for: everything queued gets the same answer now, never a hang.
-            for req in proxy.queue.clear() + proxy.held:
-                proxy.guard(req, self._answer_failed_start, req, ending, generation)
-            proxy.held.clear()
-        elif (refusal := proxy.supervisor.refusal(None)) is not None:  # a crash loop, a lost link
-            held, proxy.held = proxy.held, []
+            for req in self._queue.clear() + current.held:
+                guard(req, self._answer_failed_start, req, ending, generation)
+            current.held.clear()
+        elif (refusal := self._supervisor.refusal(None)) is not None:  # a crash loop, a lost link
+            held, current.held = current.held, []
             for req in held:  # comm and control traffic that waited for a generation
-                proxy.guard(req, proxy.answers.refuse_forwarded, req, refusal_error(refusal))
-            proxy.pump()  # everything queued is refused with its error
+                guard(req, self._answers.refuse_forwarded, req, refusal_error(refusal))
+            self._boundary.pump()  # everything queued is refused with its error
 
     def _close_forwarded(self, req: Request, ending: Ending, generation: Generation) -> None:
         """comm and control traffic the worker never finished: close its bracket."""
@@ -81,41 +95,38 @@ class Endings:
         content = None
         if req.channel == "control" and req.msg_type in CONTROL_REPLIES:
             content = {"status": "error", **self.error(ending, generation, req).content()}
-        self.proxy.replies.own(req, content)
+        self._replies.own(req, content)
         req.move(Phase.DONE)
 
-    def _close_worker_state(self, generation: Generation) -> None:
-        proxy = self.proxy
-        parent = proxy.last_execute.header if proxy.last_execute else {}
-        for comm_id in sorted(proxy.open_comms):
-            # Its widgets lived in the dead worker: tell the frontend they are gone.
-            proxy.frontend.send_iopub("comm_close", {"comm_id": comm_id, "data": {}}, parent)
-        proxy.open_comms.clear()
-        if proxy.debugging:
-            proxy.frontend.send_iopub("debug_event", {"type": "event", "seq": 0, "event": "terminated", "body": {}}, parent)
-            proxy.debugging = False
+    def _close_worker_state(self, debugging: bool) -> None:
+        """Its widgets lived in the dead worker, and so did its debug session: the frontend is told."""
+        current = self._current
+        parent = current.last_execute.header if current.last_execute else {}
+        for comm_id in sorted(current.open_comms):
+            self._frontend.send_iopub("comm_close", {"comm_id": comm_id, "data": {}}, parent)
+        current.open_comms.clear()
+        if debugging:
+            self._frontend.send_iopub("debug_event", {"type": "event", "seq": 0, "event": "terminated", "body": {}},
+                                      parent)
 
     def _inflight_ended(self, req: Request, ending: Ending, generation: Generation) -> None:
-        proxy = self.proxy
-        if req.reply is not None and req.msg_type == "execute_request":
-            proxy.delivery.close_bracket(req)
-        elif ending.reason is not EndReason.START_FAILED and may_retry(req.msg_type, req.retried):
-            req.retried = True  # idempotent: once more on the next generation
-            req.reply = req.idle = None
-            req.move(Phase.QUEUED)
-            proxy.queue.put_back(req)
+        if req.phase is Phase.AWAITING_IDLE and req.msg_type == "execute_request":
+            self._delivery.close_bracket(req)
+        elif ending.reason is not EndReason.START_FAILED and may_retry(req.msg_type, req.tries > 1):
+            req.move(Phase.QUEUED)  # idempotent: once more on the next generation
+            self._queue.put_back(req)
         else:
-            proxy.answers.here(req, error=self.error(ending, generation, req))
+            self._answers.here(req, error=self.error(ending, generation, req))
 
     def _answer_failed_start(self, req: Request, ending: Ending, generation: Generation) -> None:
         if req.channel == "shell" and req.msg_type in QUEUED:
-            self.proxy.answers.here(req, error=self.error(ending, generation, req))
+            self._answers.here(req, error=self.error(ending, generation, req))
         else:
             self._close_forwarded(req, ending, generation)
 
     def error(self, ending: Ending, generation: Generation, req: Request) -> CellError:
         """The error that tells `req` how its generation ended."""
-        supervisor = self.proxy.supervisor
+        supervisor = self._supervisor
         if ending.reason is EndReason.DEADLINE and req.msg_type == "execute_request":
             return timeout_error(req.count or supervisor.counts.last + 1, supervisor.policy.timeout_for(req.timeout),
                                  killed=True, generation=generation.number, pid=generation.pid, how=ending.how)

@@ -1,10 +1,10 @@
 """The sockets a Jupyter frontend connects to, bound from its connection file.
 
-Owned by the `Proxy`. Every inbound message is verified with jupyter_client's `Session` key (HMAC and
-replay check) before anyone sees it; a message that fails is dropped, and counted by `drops`, which
-logs at a bounded rate (a hostile peer does not get a log line per frame). Outbound, the proxy
-either sends its own messages (signed here, with the proxy's one session id) or forwards a worker's
-frames untouched.
+Owned by the `Proxy`. Every inbound message is cut and its signature checked by `protocol` (with
+jupyter_client's `Session.sign`), and checked against the replay history, before anyone sees it; a
+message that fails is dropped, and counted by `drops`, which logs at a bounded rate (a hostile peer
+does not get a log line per frame). Outbound, the proxy either sends its own messages (serialized
+by the `Session`, with the proxy's one session id) or forwards a worker's frames untouched.
 """
 
 from __future__ import annotations
@@ -13,11 +13,11 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
-from hmac import compare_digest
 
 import zmq
 from jupyter_client.session import Session
 
+from klbr_supervisor import protocol
 from klbr_supervisor.sockets import Channel
 from klbr_supervisor.wire import MalformedMessage, Wire
 
@@ -60,11 +60,7 @@ class Frontend:
             sockets, self._heartbeat = early.bind(self.info, self._context, self.max_message_size)
         else:
             sockets, self._heartbeat = bound.sockets, bound.heartbeat
-            if bound.max_message_size != self.max_message_size:  # set by a config file (see early)
-                log.warning("KlbrKernelApp.max_message_size = %d from a config file is not applied: it takes "
-                            "effect on the kernel's command line (the kernelspec's argv). Shell, control and "
-                            "stdin take frames up to %d bytes.", self.max_message_size, bound.max_message_size)
-                self.max_message_size = bound.max_message_size
+            self.max_message_size = bound.max_message_size  # another value is the app's to report
             self._subscriptions = bound.subscriptions
             for signature in bound.answered:
                 self._remember(signature)
@@ -113,18 +109,11 @@ class Frontend:
         reconnect) is let through: the proxy answers it from the record without running it again
         (semantics 9), where a rejected replay would leave the client waiting forever.
         """
-        idents, body = self.session.feed_identities(frames, copy=False)
-        if len(body) < 5:
-            raise MalformedMessage(f"{len(body)} frames after the delimiter, at least 5 expected")
-        signed = [frame.bytes for frame in body[:5]]
-        signature = signed[0]
-        if self.session.auth is not None:
-            if not signature:
-                raise MalformedMessage("unsigned message")
-            if not compare_digest(signature, self.session.sign(signed[1:5])):
-                raise MalformedMessage("invalid signature")
+        prefix, body = protocol.split(frames)
+        header, parent, _, _ = protocol.verify(body, self.session.sign if self.session.auth is not None else None)
+        signature = protocol.as_bytes(body[0])
         try:
-            wire = Wire(idents, body, json.loads(signed[1]), json.loads(signed[2]))
+            wire = Wire([protocol.as_bytes(frame) for frame in prefix], body, json.loads(header), json.loads(parent))
         except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested past the parser's depth
             raise MalformedMessage("header is not JSON") from None
         if not isinstance(wire.header, dict) or not isinstance(wire.parent, dict):

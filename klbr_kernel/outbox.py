@@ -28,7 +28,7 @@ from collections import deque
 
 import zmq
 
-from klbr_supervisor.protocol import DELIM
+from klbr_supervisor import protocol
 from klbr_supervisor.sockets import Channel
 
 log = logging.getLogger(__name__)
@@ -46,13 +46,10 @@ _RETRY = 0.05
 
 
 def _parent_id(frames: list) -> str:
-    for i, frame in enumerate(frames):
-        if len(frame) == len(DELIM) and bytes(frame) == DELIM:
-            try:
-                return json.loads(bytes(frames[i + 3])).get("msg_id", "")
-            except (ValueError, IndexError, AttributeError):
-                return ""
-    return ""
+    try:
+        return json.loads(protocol.as_bytes(protocol.split(frames)[1][2])).get("msg_id", "")
+    except (ValueError, AttributeError):  # no message, or a parent header that is no JSON object
+        return ""
 
 
 class Outbox:

@@ -1,12 +1,16 @@
 """The proxy kernel: speaks Jupyter to the frontend and routes everything through the supervisor.
 
-The `Proxy` owns the state every part shares (the shell queue, the requests with the worker, the
-current generation) and the error boundary; its parts do the work:
+The `Proxy` builds its parts, hands each the collaborators it uses, and keeps what needs all of them:
+the error boundary and the queue's pump (`boundary.Boundary`, the one thing its parts call back).
+The state they share is each in an object of its own, with its own door (`states`): the shell queue
+(`queue`), the current generation as the proxy sees it (`current`), the proxy's own life
+(`lifecycle`). The parts:
 
 - `dispatch`: what comes from the frontend, admitted by the `door`, goes where it belongs;
 - `delivery`: what the worker sends goes to the frontend, and a cell's reply and idle are held
   until its outcome is committed (semantics 3);
-- `answers`: what the proxy answers itself (`%klbr` cells, history, refusals, aborts);
+- `answers`: what the proxy answers itself (history, refusals, aborts), and how every answered
+  request ends; `status.MagicCells`: `%klbr` cells; `lifecycle`: interrupt and shutdown;
 - `endings`: when a generation ends, everything that waited on it is answered (semantics 1, 2, 8).
 
 The error boundary is `guard`: wherever a message or a callback enters, what its handling raises is
@@ -31,16 +35,20 @@ from klbr_supervisor.wire import Wire
 from .answers import Answers
 from .cell_log import CellLog
 from .comm import KlbrComms
+from .current import Current
 from .delivery import Delivery
 from .dispatch import Dispatch
 from .early import MAX_MESSAGE_SIZE
 from .endings import Endings
 from .frontend import Frontend
+from .lifecycle import Lifecycle
 from .outcomes import internal_error, session_paused_error
 from .queue import ShellQueue
 from .replay import Replay
 from .replies import Replies
 from .requests import Phase, Request
+from .states import PROXY_TRANSITIONS, Machine, ProxyState
+from .status import MagicCells
 from .stdin import StdinRelay
 
 log = logging.getLogger(__name__)
@@ -52,34 +60,36 @@ class Proxy:
     def __init__(self, info: dict, session: Session, parent=None, notebook: str | None = None,
                  max_message_size: int = MAX_MESSAGE_SIZE, worker_options: tuple[str, ...] = ()):
         self.session = session
-        self.frontend = Frontend(info, session, self._frontend_message, max_message_size)
-        self.supervisor = Supervisor(self, session=session, parent=parent, notebook=notebook,
-                                     kernel_name=info.get("kernel_name") or None, worker_options=worker_options)
-        self.cell_log = CellLog(self.supervisor.store)
-        self.replies = Replies(self.frontend, session, self.cell_log)
-        self.queue = ShellQueue()
-        self.answers = Answers(self)
-        self.stdin = StdinRelay(self.frontend, self.supervisor, session,
-                                lambda req, text: self.answers.output(req, "stream", {"name": "stderr", "text": text}))
-        self.dispatch = Dispatch(self)
-        self.delivery = Delivery(self)
-        self.endings = Endings(self)
-        self.replay = Replay(self)
-        self.comms = KlbrComms(self.frontend, self.replies, session, self.cell_log, self.supervisor, self.queue,
-                               self.start)
-        self.generation: Generation | None = None
-        # Requests with the current generation and not yet finished (reply and idle), by msg_id.
-        self.waiting: dict[str, Request] = {}
-        # Forwarded-at-once requests that arrived while no generation was ready.
-        self.held: list[Request] = []
-        # A request the boundary answered while its worker still runs it: (msg_id, generation). The
-        # queue waits for that worker's idle (semantics 11); what it still says goes nowhere.
-        self.abandoned: tuple[str, Generation] | None = None
-        self.last_execute: Request | None = None
-        self.open_comms: set[str] = set()  # comms open on the current generation's worker
-        self.debugging = False  # a debug session runs on the current generation
-        self.stopping = False
-        self._stopped = asyncio.Event()
+        self.frontend = frontend = Frontend(info, session, self._frontend_message, max_message_size)
+        self.supervisor = supervisor = Supervisor(self, session=session, parent=parent, notebook=notebook,
+                                                  kernel_name=info.get("kernel_name") or None,
+                                                  worker_options=worker_options)
+        self.cell_log = cell_log = CellLog(supervisor.store)
+        self.replies = replies = Replies(frontend, session, cell_log)
+        self.queue = queue = ShellQueue()
+        self.current = current = Current()
+        life = Machine("proxy", PROXY_TRANSITIONS, ProxyState.SERVING)
+        # The klbr comm (JupyterLab's extension): answered by the proxy itself, told when the
+        # generation, placement or recording state may have changed.
+        self.comms = comms = KlbrComms(frontend, replies, session, cell_log, supervisor, queue, self.start)
+        self.answers = answers = Answers(self, life=life, queue=queue, current=current, frontend=frontend,
+                                         replies=replies, cell_log=cell_log, supervisor=supervisor, session=session,
+                                         state_changed=comms.changed)
+        self.stdin = stdin = StdinRelay(frontend, supervisor, session,
+                                        lambda req, text: answers.output(req, "stream", {"name": "stderr", "text": text}))
+        replay = Replay(frontend, cell_log, queue, supervisor.notebook, answers.output)
+        self.magic_cells = magic_cells = MagicCells(answers, replay, supervisor, cell_log, frontend)
+        self.lifecycle = lifecycle = Lifecycle(self, life=life, supervisor=supervisor, queue=queue, current=current,
+                                               answers=answers, replies=replies, frontend=frontend)
+        self.delivery = delivery = Delivery(self, current=current, queue=queue, supervisor=supervisor,
+                                            cell_log=cell_log, answers=answers, replies=replies, stdin=stdin,
+                                            frontend=frontend, session=session)
+        self.dispatch = dispatch = Dispatch(self, signed=session.auth is not None, lifecycle=lifecycle, queue=queue,
+                                            current=current, supervisor=supervisor, answers=answers,
+                                            magic_cells=magic_cells, replies=replies, stdin=stdin,
+                                            drops=frontend.drops, comms=comms)
+        self.endings = Endings(self, current=current, queue=queue, supervisor=supervisor, answers=answers,
+                               delivery=delivery, forward=dispatch.forward, replies=replies, frontend=frontend)
         self._tasks: Tasks | None = None
 
     async def run(self) -> None:
@@ -87,32 +97,19 @@ class Proxy:
             self._tasks = Tasks(tg, log)
             tg.create_task(self.supervisor.run())
             self.frontend.bind()
-            await self._stopped.wait()
+            await self.lifecycle.stopped.wait()
         self.frontend.close()
 
     def request_shutdown(self) -> None:
         """SIGTERM: shut down as for a shutdown_request, with no one to reply to."""
-        if not self.stopping:
-            self.start(self.answers.shutdown(None), "shutdown on SIGTERM")
+        if self.lifecycle.serving:
+            self.start(self.lifecycle.shutdown(None), "shutdown on SIGTERM")
 
     def request_interrupt(self) -> None:
         """SIGINT, from clients that interrupt by signal: the same ladder as interrupt_request."""
-        self.start(self.interrupt(), "interrupt on SIGINT")
+        self.start(self.lifecycle.interrupt(), "interrupt on SIGINT")
 
-    async def interrupt(self) -> None:
-        """Interrupt the current generation (an interrupt_request, SIGINT). The execute it runs is
-        marked first, before the interrupt can land, so a KeyboardInterrupt it replies with is known
-        for klbr's doing (`interrupted` in the cell log), never taken from the error's name."""
-        req = self.queue.inflight
-        if req is not None and req.phase is Phase.SENT and req.reply is None and req.generation is self.generation:
-            req.interrupted = True
-        await self.supervisor.interrupt()
-
-    def stopped(self) -> None:
-        """Called once the shutdown has answered everything: `run` returns."""
-        self._stopped.set()
-
-    # -- the error boundary ------------------------------------------------------------------------
+    # -- the error boundary (`boundary.Boundary`) --------------------------------------------------
 
     def guard(self, req: Request | None, handle: Callable[..., Any], *args: Any) -> None:
         """Call `handle(*args)`; if it raises, `req` is answered with an InternalError."""
@@ -140,14 +137,14 @@ class Proxy:
             return
         in_flight = req is self.queue.inflight
         gen = req.generation
-        abandoned = in_flight and req.phase is Phase.SENT and req.idle is None and gen is not None and gen.alive
-        self.forget(req)
-        req.phase = Phase.DONE  # the boundary ends a request from whatever phase it was in
-        req.end_followers()
+        abandoned = in_flight and req.awaits_idle and gen is not None and gen.alive
         if abandoned:
             # Its worker still runs it, and nothing here follows it any more: it is interrupted
             # (the ladder kills the worker if it does not stop), and the next request waits for it.
-            self.abandoned = (req.msg_id, gen)
+            self.queue.abandon(req, gen)
+        self.answers.forget(req)
+        req.move(Phase.DONE, by_boundary=True)  # the boundary ends a request from whatever phase it was in
+        if abandoned:
             if req.msg_type == "execute_request":
                 self.start(self.supervisor.interrupt(), "interrupting a cell answered InternalError")
         elif req.msg_type == "execute_request":
@@ -172,27 +169,20 @@ class Proxy:
             log.exception("answering %s %s after an internal error failed too", req.msg_type, req.msg_id)
         asyncio.get_running_loop().call_soon(self.pump)
 
-    def forget(self, req: Request) -> None:
-        """`req` leaves every place that holds it (it is answered outside its usual path)."""
-        if self.waiting.get(req.msg_id) is req:
-            del self.waiting[req.msg_id]
-        if req in self.held:
-            self.held.remove(req)
-        self.queue.drop(req)
-
     # -- from the frontend and the supervisor (WorkerListener) -------------------------------------
 
     def _frontend_message(self, channel: str, wire: Wire) -> None:
         self.dispatch.message(channel, wire)
 
     def worker_message(self, generation: Generation, channel: str, wire: Wire) -> None:
-        if self.abandoned is not None and wire.parent_id == self.abandoned[0]:
+        abandoned = self.queue.abandoned
+        if abandoned is not None and wire.parent_id == abandoned[0]:
             if channel == "iopub" and wire.msg_type == "status" and wire.content.get("execution_state") == "idle":
-                self.abandoned = None  # the worker is free again
+                self.queue.worker_free(f"the worker of {abandoned[0]} went idle")
                 self.supervisor.cells.finished(wire.parent_id)
                 self.pump()
             return
-        req = self.waiting.get(wire.parent_id)
+        req = self.current.waiting.get(wire.parent_id)
         self.guard(req, self.delivery.message, channel, wire, req)
 
     def generation_ready(self, generation: Generation) -> None:
@@ -200,13 +190,14 @@ class Proxy:
         self.guard(None, self.comms.changed)
 
     def generation_ended(self, generation: Generation, ending: Ending) -> None:
-        if self.abandoned is not None and self.abandoned[1] is generation:
-            self.abandoned = None
+        abandoned = self.queue.abandoned
+        if abandoned is not None and abandoned[1] is generation:
+            self.queue.worker_free(f"the generation of {abandoned[0]} ended")
         self.guard(None, self.endings.ended, generation, ending)
         self.guard(None, self.comms.changed)
 
     def host_note(self, msg_id: str, text: str) -> None:
-        req = self.waiting.get(msg_id)
+        req = self.current.waiting.get(msg_id)
         if req is not None:
             note = {"data": {"text/plain": f"klbr note: {text}", "text/markdown": f"**klbr note:** {text}"},
                     "metadata": {}, "transient": {}}
@@ -216,7 +207,7 @@ class Proxy:
 
     def pump(self) -> None:
         """Start the next queued request: answered here, refused, or sent to the current generation."""
-        while self.queue.inflight is None and self.abandoned is None and self.queue.waiting and not self.stopping:
+        while self.queue.free and self.queue.waiting and self.lifecycle.serving:
             req = self.queue.waiting[0]
             try:
                 if not self._start(req):
@@ -230,7 +221,7 @@ class Proxy:
         if req.msg_type == "execute_request" and (req.magics is not None or req.magic_error):
             self.queue.take()
             req.move(Phase.PROXY)
-            self.start(self.answers.magics(req), "a %klbr cell", req)
+            self.start(self.magic_cells.run(req), "a %klbr cell", req)
             return False
         if req.msg_type == "history_request" and self.cell_log.recording:
             self.queue.take()
@@ -241,7 +232,7 @@ class Proxy:
             self.queue.take()
             self.answers.here(req, error=refusal)
             return True
-        if self.generation is None or not self.generation.alive:
+        if not self.current.alive:
             # None yet, or one that is ending (a restart asked for by cell code): the next is told
             # ready, and `pump` runs again then.
             self.supervisor.ensure_started()
@@ -250,7 +241,8 @@ class Proxy:
         if self.cell_log.is_cell(req) and self.cell_log.recording and req.record is None:
             # Durable before visible (semantics 3): the row commits before the worker sees it.
             req.move(Phase.RECORDING)
-            if self.cell_log.start(req, self.generation.number, self.guarded(req, lambda error: self._recorded(req, error))):
+            if self.cell_log.start(req, self.current.generation.number,
+                                   self.guarded(req, lambda error: self._recorded(req, error))):
                 self._recorded(req, None)
         else:
             self.delivery.send(req)
@@ -263,18 +255,9 @@ class Proxy:
         if error is not None:
             req.record = None
             self.answers.here(req, error=session_paused_error(error))
-        elif self.generation is None or not self.generation.alive:
+        elif not self.current.alive:
             req.move(Phase.QUEUED)  # its generation ended meanwhile: it runs on the next one
             self.queue.put_back(req)
             self.supervisor.ensure_started()
         else:
             self.delivery.send(req)
-
-    def complete(self, req: Request) -> None:
-        """`req` is answered: abort the executes queued behind an error (as ipykernel does), go on."""
-        if req is self.queue.inflight:
-            status = (req.reply_content or {}).get("status", "ok")
-            for aborted in self.queue.finish(req, status):
-                self.answers.abort(aborted)
-        self.comms.changed()  # the store may have paused or resumed with it
-        asyncio.get_running_loop().call_soon(self.pump)

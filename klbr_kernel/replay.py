@@ -15,13 +15,15 @@ them at once, also while another cell runs (that is when a reconnected notebook 
 from __future__ import annotations
 
 import asyncio
-from typing import TYPE_CHECKING
+from collections.abc import Callable
 
+from .cell_log import CellLog
+from .frontend import Frontend
 from .magics import MagicError, ReplaySpec
-from .requests import Phase, Request
+from .queue import ShellQueue
+from .requests import Request
 
-if TYPE_CHECKING:
-    from .proxy import Proxy
+Show = Callable[[Request, str, dict], None]
 
 CHUNK = 2**20  # bytes of stream text per replayed message
 _WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -111,20 +113,26 @@ class Follower:
 
 
 class Replay:
-    def __init__(self, proxy: Proxy):
-        self.proxy = proxy
+    def __init__(self, frontend: Frontend, cell_log: CellLog, queue: ShellQueue, notebook: str | None, show: Show):
+        """`queue`: where the cell still running is; `notebook`: whose cells are replayed;
+        `show(req, msg_type, content)`: an output of the replay cell's own (its header line),
+        shown and recorded (`Answers.output`)."""
+        self._frontend = frontend
+        self._cell_log = cell_log
+        self._queue = queue
+        self._notebook = notebook
+        self._show = show
 
     def publish(self, req: Request, msg_type: str, content: dict) -> None:
         """A replayed output: shown as the replay cell's, not recorded again."""
-        self.proxy.frontend.send_iopub(msg_type, content, req.header)
+        self._frontend.send_iopub(msg_type, content, req.header)
 
     async def run(self, req: Request, spec: ReplaySpec) -> None:
-        proxy = self.proxy
-        cell_log = proxy.cell_log
+        cell_log = self._cell_log
         if not cell_log.recording:
             raise MagicError("the cell log is not available in this session: there is nothing to replay")
-        live = proxy.queue.inflight
-        if live is None or live.record is None or live.phase is not Phase.SENT:
+        live = self._queue.inflight
+        if live is None or live.record is None or not live.with_worker:
             live = None
         follower, before = None, None
         if live is not None:
@@ -136,19 +144,19 @@ class Replay:
                 live.followers.append(follower)
         try:
             await cell_log.settled()
-            row = cell_log.replay_cell(proxy.supervisor.notebook, cell_id=spec.cell_id, count=spec.count)
+            row = cell_log.replay_cell(self._notebook, cell_id=spec.cell_id, count=spec.count)
             if row is None:
                 raise MagicError(self._missing(spec))
             running = live is not None and live.record.id == row["id"]
             text = header(row, running=running, follow=follower is not None, count=live.count if running else None)
-            proxy.answers.output(req, "stream", {"name": "stdout", "text": text})
+            self._show(req, "stream", {"name": "stdout", "text": text})
             for msg_type, content in messages(cell_log.replay_outputs(row["id"], before if running else None)):
                 self.publish(req, msg_type, content)
             if follower is not None and running:
                 follower.caught_up()
                 await follower.ended
                 status = (live.reply_content or {}).get("status", "?")
-                proxy.answers.output(req, "stream", {"name": "stdout", "text": f"klbr replay: cell {row['id']} ended {status}.\n"})
+                self._show(req, "stream", {"name": "stdout", "text": f"klbr replay: cell {row['id']} ended {status}.\n"})
         finally:
             if follower is not None and follower in live.followers:
                 live.followers.remove(follower)

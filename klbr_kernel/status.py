@@ -1,13 +1,21 @@
-"""What `%klbr` commands do and print. Called by the proxy for a cell of `%klbr` lines."""
+"""What `%klbr` commands do and print, and a cell of them carried out (`MagicCells`).
+
+A cell made only of `%klbr` lines is the proxy's (see `magics`): the proxy starts it from the queue,
+or at once for a replay, and `MagicCells.run` answers it.
+"""
 
 from __future__ import annotations
 
 from klbr_supervisor.supervisor import Supervisor
 
 from . import encryption
+from .answers import Answers
 from .cell_log import CellLog
 from .frontend import Frontend
-from .magics import Magic, MagicError
+from .magics import Magic, MagicError, replay_spec
+from .outcomes import CellError
+from .replay import Replay
+from .requests import Phase, Request
 
 
 def _duration(seconds: float | None) -> str:
@@ -119,3 +127,34 @@ async def magic_output(magic: Magic, supervisor: Supervisor, cell_log: CellLog,
         old = supervisor.current
         return _moved("Reconnected", old, await supervisor.reconnect(), supervisor)
     raise MagicError(f"unknown %klbr command {magic.command!r}")
+
+
+class MagicCells:
+    def __init__(self, answers: Answers, replay: Replay, supervisor: Supervisor, cell_log: CellLog,
+                 frontend: Frontend):
+        self._answers = answers
+        self._replay = replay
+        self._supervisor = supervisor
+        self._cell_log = cell_log
+        self._frontend = frontend
+
+    async def run(self, req: Request) -> None:
+        """A cell of `%klbr` lines (phase PROXY), carried out by the supervisor (`magic_output`) or
+        the `replay`; what each line prints is shown as it is done, then the cell is answered."""
+        error = None
+        self._answers.begin(req)
+        if req.magic_error:
+            error = CellError("UsageError", req.magic_error)
+        else:
+            try:
+                for magic in req.magics or ():
+                    if magic.command == "replay":
+                        await self._replay.run(req, replay_spec(magic.args))
+                        continue
+                    text = await magic_output(magic, self._supervisor, self._cell_log, self._frontend)
+                    if text and not req.silent:
+                        self._answers.output(req, "stream", {"name": "stdout", "text": text})
+            except ValueError as e:  # MagicError, and a bad argument
+                error = CellError("UsageError", str(e))
+        if req.phase is Phase.PROXY:  # not answered meanwhile (a shutdown)
+            self._answers.here(req, error=error)

@@ -24,7 +24,7 @@ from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.wire import Wire
 
 from .frontend import Frontend
-from .requests import Phase, Request
+from .requests import Request
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ class StdinRelay:
 
     def _send(self, req: Request, wire: Wire, deadline: float | None, tries: int = 0) -> None:
         self._retry = None
-        if req.phase is not Phase.SENT or req.reply is not None:
+        if not req.awaits_reply:
             return  # the cell ended meanwhile (an interrupt, a lost worker): nobody asks any more
         if self.frontend.forward("stdin", req.idents, wire.frames()) or deadline is None:
             return

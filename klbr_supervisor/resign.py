@@ -10,19 +10,12 @@ a shared-key worker sends them (DESIGN.md, placement: keys). Content and buffers
 from __future__ import annotations
 
 import json
-from hmac import compare_digest
 
 from jupyter_client.session import Session
 
-from .protocol import DELIM
+from .protocol import DELIM, BadSignature, as_bytes, split, verify
 
-
-def _bytes(frame) -> bytes:
-    return frame.bytes if hasattr(frame, "bytes") else bytes(frame)
-
-
-class BadSignature(ValueError):
-    """A worker message whose signature its generation's key does not match."""
+__all__ = ["BadSignature", "Resigner", "take_key"]
 
 
 class Resigner:
@@ -36,29 +29,21 @@ class Resigner:
 
     def from_worker(self, frames: list) -> list:
         """Frames as the worker sent them -> frames as a shared-key worker would have sent them.
-        Raises `BadSignature`, or ValueError for frames that are no message."""
-        for i, frame in enumerate(frames):
-            if len(frame) == len(DELIM) and _bytes(frame) == DELIM:
-                break
-        else:
-            raise ValueError("no <IDS|MSG> delimiter")
-        body = [_bytes(f) for f in frames[i + 1 : i + 6]]
-        if len(body) < 5:
-            raise ValueError(f"{len(body)} frames after the delimiter, at least 5 expected")
-        if not compare_digest(body[0], self.worker.sign(body[1:5])):
-            raise BadSignature("signature does not match the generation's key")
-        header = body[1]
+        Raises `BadSignature` (not its generation's key), or another `MalformedMessage` for frames
+        that are no message."""
+        prefix, body = split(frames)
+        header, parent, metadata, content = verify(body, self.worker.sign if self.worker.auth is not None else None)
         if not (self._ours in header and header.count(b'"session"') == 1):
             parsed = json.loads(header)
             parsed["session"] = self.frontend.session
             header = json.dumps(parsed).encode()
-        signed = [header, body[2], body[3], body[4]]
-        return [*frames[:i], DELIM, self.frontend.sign(signed), *signed, *frames[i + 6 :]]
+        signed = [header, parent, metadata, content]
+        return [*prefix, DELIM, self.frontend.sign(signed), *signed, *body[5:]]
 
     def to_worker(self, frames: list) -> list:
         """``[DELIM, hmac, header, parent, metadata, content, *buffers]`` signed with the frontend's
         key (or by the proxy) -> the same message signed with the generation's key."""
-        signed = [_bytes(f) for f in frames[2:6]]
+        signed = [as_bytes(f) for f in frames[2:6]]
         return [DELIM, self.worker.sign(signed), *signed, *frames[6:]]
 
 

@@ -9,15 +9,9 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 
-from .protocol import DELIM
+from .protocol import DELIM, MalformedMessage, as_bytes, split
 
-
-class MalformedMessage(ValueError):
-    """Frames that are not a Jupyter message (no delimiter, missing parts, undecodable header)."""
-
-
-def _bytes(frame) -> bytes:
-    return frame.bytes if hasattr(frame, "bytes") else bytes(frame)
+__all__ = ["MalformedMessage", "Wire"]
 
 
 @dataclass(slots=True)
@@ -35,23 +29,18 @@ class Wire:
 
     @classmethod
     def parse(cls, frames: list) -> Wire:
-        """Split received frames at the delimiter; raise `MalformedMessage` if they are not a message."""
-        for i, frame in enumerate(frames):
-            if len(frame) == len(DELIM) and _bytes(frame) == DELIM:
-                break
-        else:
-            raise MalformedMessage("no <IDS|MSG> delimiter")
-        body = frames[i + 1 :]
-        if len(body) < 5:
-            raise MalformedMessage(f"{len(body)} frames after the delimiter, at least 5 expected")
+        """Received frames cut at the delimiter (`protocol.split`) with their headers decoded; raise
+        `MalformedMessage` if they are not a message. The signature is not checked here: a shared-key
+        worker's is the frontend's to check, a re-signed worker's was checked by `resign`."""
+        prefix, body = split(frames)
         try:
-            header = json.loads(_bytes(body[1]))
-            parent = json.loads(_bytes(body[2]))
+            header = json.loads(as_bytes(body[1]))
+            parent = json.loads(as_bytes(body[2]))
         except (ValueError, UnicodeDecodeError) as e:
             raise MalformedMessage(f"undecodable header: {e}") from None
         if not isinstance(header, dict) or not isinstance(parent, dict):
             raise MalformedMessage("header is not an object")
-        return cls(frames[:i], body, header, parent)
+        return cls(prefix, body, header, parent)
 
     @property
     def msg_type(self) -> str:
@@ -69,7 +58,7 @@ class Wire:
     def content(self) -> dict:
         """The decoded content, on demand (replies whose status matters, stdin requests)."""
         if self._content is None:
-            self._content = json.loads(_bytes(self.body[4]))
+            self._content = json.loads(as_bytes(self.body[4]))
         return self._content
 
     def frames(self) -> list:

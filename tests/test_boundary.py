@@ -15,6 +15,7 @@ PLANTED = '''
 import klbr_kernel.answers as answers
 import klbr_kernel.delivery as delivery
 import klbr_kernel.dispatch as dispatch
+import klbr_kernel.status as status
 import klbr_supervisor.supervisor as supervisor
 
 
@@ -23,7 +24,7 @@ def planted(where):
 
 
 answers.Answers.history = lambda self, req: planted("the history answer")
-answers.magic_output = lambda *args: planted("a %klbr command")
+status.magic_output = lambda *args: planted("a %klbr command")
 
 _route = dispatch.Dispatch._route
 def route(self, req):

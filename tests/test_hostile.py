@@ -653,6 +653,20 @@ def test_a_cap_in_a_config_file_is_not_applied_and_says_so(tmp_path):
     assert f"KlbrKernelApp.max_message_size = {8 * MiB} from a config file is not applied" in log.read_text()
 
 
+def test_a_cap_the_early_front_read_otherwise_than_traitlets_is_reported(tmp_path):
+    """The early front reads the cap from the command line before traitlets is imported; the app
+    checks that reading against traitlets' own. After `--` traitlets reads nothing more (those are
+    extra arguments), so a second cap there is where the two readings part: the log says so, with both."""
+    log = tmp_path / "kernel.log"
+    arguments = ["--KlbrKernelApp.max_message_size=2000000", "--", "--KlbrKernelApp.max_message_size=3000000"]
+    with start_kernel(extra_arguments=arguments, log=log) as (km, kc):
+        reply, _ = execute(kc, "'served'")
+        assert reply["content"]["status"] == "ok"
+    text = log.read_text()
+    assert "the early front read KlbrKernelApp.max_message_size on the command line as 3000000, traitlets as 2000000" in text
+    assert "from a config file" not in text
+
+
 def test_1000_frames_in_one_message_on_every_socket(hostile):
     km, peer, log = hostile
     before = peer.begin()

@@ -10,6 +10,9 @@ hang or fail. "noisy" prints to stderr as it starts, about no request at all.
 serves shell. That is what a slow machine can make of any worker as the supervisor sees it (its
 connection to stdin is still waiting on a retry timer when shell already answers), made certain:
 shell answers kernel_info while stdin cannot be connected at all.
+
+With KLBR_TEST_START_GATE naming a file, a worker that starts while that file exists waits until it
+is gone: a test holds the next generation back while it makes something happen between two.
 """
 
 from __future__ import annotations
@@ -127,6 +130,9 @@ NOISE = "klbr-test: a worker's news about no request at all"
 
 
 if __name__ == "__main__":
+    gate = os.environ.get("KLBR_TEST_START_GATE")
+    while gate and Path(gate).exists():
+        time.sleep(0.02)
     if BEHAVIOUR == "ignore-sigint":
         signal.signal(signal.SIGINT, signal.SIG_IGN)
     MisbehavingApp.launch_instance(kernel_class=MisbehavingKernel)
