@@ -8,7 +8,7 @@ if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
     from .cli import main
 else:
     # Before any heavy import: the first worker starts now, in parallel with ours.
-    from klbr_supervisor import prelaunch
+    from klbr_supervisor.boot import prelaunch
 
     prelaunch.start(sys.argv[1:])
     # Then the frontend's sockets, so the kernel answers kernel_info while the rest imports.

@@ -20,7 +20,7 @@ from jupyter_client.session import Session
 from jupyter_core.application import JupyterApp, base_aliases
 from traitlets import Int, TraitError, Unicode, default, validate
 
-from klbr_supervisor import prelaunch
+from klbr_supervisor.boot import prelaunch
 from klbr_supervisor.host import HostService
 from klbr_supervisor.store import Store
 from klbr_supervisor.supervisor import Supervisor

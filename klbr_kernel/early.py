@@ -28,7 +28,7 @@ from hmac import compare_digest
 
 import zmq
 
-from klbr_supervisor import prelaunch
+from klbr_supervisor.boot import prelaunch
 from klbr_supervisor.protocol import DELIM
 
 from . import encryption

@@ -28,7 +28,7 @@ from .counts import continue_code
 from .launch import takes_ipykernel_options
 from .launched import LaunchError, worker_for
 from .placement import Placement, PlacementError
-from .reaper import Reaper
+from .boot.reaper import Reaper
 from .identity import ask_identity, snapshot
 from .link import LinkWatch, endpoint
 from .readiness import Readiness

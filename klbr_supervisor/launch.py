@@ -20,8 +20,8 @@ from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.provisioning import KernelProvisionerBase, LocalProvisioner
 
-from . import deathsig, prelaunch
-from .worker import BOOTSTRAP
+from .boot import deathsig, prelaunch
+from .boot.worker import BOOTSTRAP
 
 # The name under which `Supervisor.worker_kernel = ""` resolves: ipykernel on sys.executable.
 OWN_INTERPRETER = "klbr-own-python"
@@ -100,7 +100,7 @@ class WorkerManager(AsyncKernelManager):
     def format_kernel_cmd(self, extra_arguments: list[str] | None = None) -> list[str]:
         cmd = super().format_kernel_cmd(extra_arguments)
         if self.kernel_name in (OWN_INTERPRETER, PRELAUNCHED):
-            return cmd  # `klbr_supervisor.worker` arms the death signal itself
+            return cmd  # `klbr_supervisor.boot.worker` arms the death signal itself
         return deathsig.command(os.getpid(), cmd)
 
 

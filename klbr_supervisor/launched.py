@@ -20,7 +20,7 @@ from jupyter_client.session import Session
 
 from .launch import popen_options, provisioner_name, worker_manager
 from .process import WorkerProcess
-from .reaper import Reaper
+from .boot.reaper import Reaper
 
 # jupyter_client's own provisioner: its kernel is a local process, and none of its calls block.
 LOCAL_PROVISIONER = "local-provisioner"

@@ -16,7 +16,7 @@ import tempfile
 from collections.abc import Callable
 
 from .launch import StderrTail
-from .reaper import Reaper
+from .boot.reaper import Reaper
 
 
 class WorkerProcess:

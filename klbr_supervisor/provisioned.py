@@ -31,7 +31,7 @@ from .exits import describe_exit
 from .launched import LaunchError
 from .pipes import LinePipe
 from .process import WorkerProcess
-from .reaper import Reaper
+from .boot.reaper import Reaper
 
 # Seconds the generation waits for the helper to end its kernel (a kill asked for); after that it
 # lets go: the helper goes on with the kill on its own (bounded by its alarm), and the end is

@@ -7,8 +7,8 @@ from __future__ import annotations
 from traitlets import Bool, Float, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
-from .prelaunch import history_args
-from .ssh_launch import LINK_TIMEOUT, split
+from .boot.prelaunch import history_args
+from .boot.ssh_launch import LINK_TIMEOUT, split
 
 
 class SupervisorSettings(LoggingConfigurable):

@@ -24,13 +24,13 @@ from collections.abc import Callable
 
 from jupyter_client.session import Session
 
-from . import prelaunch
+from .boot import prelaunch
 from .exits import describe_exit
 from .launched import LaunchError
 from .pipes import LinePipe
 from .process import WorkerProcess
-from .reaper import Reaper
-from .ssh_launch import CHANNELS, LEASE_EVERY, Launch, base_command, remote
+from .boot.reaper import Reaper
+from .boot.ssh_launch import CHANNELS, LEASE_EVERY, Launch, base_command, remote
 
 # Seconds the agent gets to report its kernel's end after a kill before ssh itself is killed: then
 # stdin's end (a live link) or the lease (a stalled one) ends the kernel, unconfirmed.

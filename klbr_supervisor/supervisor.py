@@ -17,7 +17,7 @@ import tempfile
 import zmq
 from jupyter_client.session import Session
 
-from . import prelaunch
+from .boot import prelaunch
 from .counts import ExecutionCounts
 from .generation import Generation
 from .host import HostService
@@ -25,7 +25,7 @@ from .host.channel import Credentials
 from .launch import PRELAUNCHED, WorkerSpecs, kernel_name_for
 from .placement import Placement, PlacementError, check, parse
 from .policy import Policy, Refusal
-from .reaper import Reaper
+from .boot.reaper import Reaper
 from .settings import SupervisorSettings
 from .ladder import CellWatch
 from .listener import WorkerListener

@@ -34,7 +34,7 @@ from .record import AnswerRecord
 
 if TYPE_CHECKING:
     from ..generation import Generation
-    from ..reaper import Reaper
+    from ..boot.reaper import Reaper
     from ..supervisor import Supervisor
 
 MAX_KEY = 256  # characters of a kv key

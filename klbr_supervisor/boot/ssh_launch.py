@@ -12,6 +12,8 @@ import json
 import os
 import subprocess
 
+from .groups import end_process
+
 
 with open(os.path.join(os.path.dirname(__file__), "ssh_agent.py")) as _f:
     AGENT = _f.read()
@@ -93,8 +95,6 @@ class Launch:
             except BrokenPipeError:
                 pass  # ssh has ended already: its exit status and stderr say why
         except BaseException:
-            from .prelaunch import end_process
-
             end_process(process)
             raise
         return process

@@ -17,9 +17,10 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import signal
 import subprocess
 import sys
+
+from .groups import end_process
 
 # Imports here are the few the spawn needs (no dataclasses, tempfile, uuid, ctypes): each ms before
 # the spawn is a ms on the first cell.
@@ -87,20 +88,8 @@ def host_environ(runtime_dir: str) -> dict[str, str]:
 
 def worker_command(connection_file: str, *args: str) -> list[str]:
     """The default worker: ipykernel on this interpreter, armed to die with this process (see
-    `klbr_supervisor.worker`)."""
-    return [sys.executable, "-m", "klbr_supervisor.worker", str(os.getpid()), "-f", connection_file, *args]
-
-
-def end_process(process: subprocess.Popen) -> None:
-    """Kill a process started in a session of its own, with its group; reap it, close its pipes."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    process.wait()
-    for pipe in (process.stdin, process.stdout, process.stderr):
-        if pipe:
-            pipe.close()
+    `klbr_supervisor.boot.worker`)."""
+    return [sys.executable, "-m", "klbr_supervisor.boot.worker", str(os.getpid()), "-f", connection_file, *args]
 
 
 def _end(process: subprocess.Popen | None, runtime_dir: str) -> None:
@@ -313,7 +302,7 @@ def start(argv: list[str]) -> None:
 
 def _start_ssh(argv: list[str], info: dict, runtime: str, session_id: str, args: list[str]) -> EarlySsh | None:
     """The first generation's ssh; its remote kernel is started with `args`."""
-    from .placement import PlacementError, parse
+    from ..placement import PlacementError, parse
     from .ssh_launch import LINK_TIMEOUT, Launch, split
 
     given = {name: values(argv, f"Supervisor.{name}") for name in ("placement", "ssh_command", "link_timeout")}
