@@ -49,11 +49,13 @@ class Proxy:
     """Created by the app with the frontend's connection info; `run` serves until shutdown."""
 
     def __init__(self, info: dict, session: Session, parent=None, notebook: str | None = None,
-                 max_message_size: int = MAX_MESSAGE_SIZE, worker_options: tuple[str, ...] = ()):
+                 max_message_size: int = MAX_MESSAGE_SIZE, worker_options: tuple[str, ...] = (), first_worker=None):
+        """`first_worker`: what `boot.prelaunch` started before the imports, for the supervisor."""
         self.session = session
         self.frontend = Frontend(info, session, self._frontend_message, max_message_size)
         self.supervisor = Supervisor(self, session=session, parent=parent, notebook=notebook,
-                                     kernel_name=info.get("kernel_name") or None, worker_options=worker_options)
+                                     kernel_name=info.get("kernel_name") or None, worker_options=worker_options,
+                                     first=first_worker)
         self.cell_log = CellLog(self.supervisor.store)
         self.replies = Replies(self.frontend, session, self.cell_log)
         self.queue = ShellQueue()

@@ -1,4 +1,4 @@
-"""One workbench generation: a worker kernel, the channels to it, its state, and how it ended.
+"""One workbench generation: a worker on its target, the channels to it, its state, and how it ended.
 
 Created and driven by the `Supervisor`. Messages the worker sends are handed, parsed, to the
 supervisor's listener, except the generation's own bookkeeping: its readiness probe, the worker's
@@ -12,28 +12,24 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
 import signal
 import time
 from collections.abc import Callable
 
 import zmq
-import zmq.asyncio
 from jupyter_client.session import Session
 
+from .boot.placement import Placement, PlacementError
 from .connection import CHANNELS, WorkerChannels
+from .counts import continue_code
 from .exits import describe_exit
 from .host.channel import Credentials
-from .counts import continue_code
-from .launch import takes_ipykernel_options
-from .launched import LaunchError, worker_for
-from .placement import Placement, PlacementError
-from .boot.reaper import Reaper
 from .identity import ask_identity, snapshot
 from .link import LinkWatch, endpoint
 from .readiness import Readiness
 from .resign import Resigner, take_key
 from .states import TRANSITIONS, Ending, EndReason, GenerationState
+from .targets import LaunchError, Target
 from .wire import Wire
 
 MessageHandler = Callable[["Generation", str, Wire], None]
@@ -52,55 +48,33 @@ _UNPARENTED_FOR_FRONTEND = frozenset({"debug_event"})
 class Generation:
     """A worker and everything that dies with it."""
 
-    def __init__(
-        self,
-        number: int,
-        *,
-        kernel_name: str,
-        placement: Placement,
-        session: Session,
-        worker_args: tuple[str, ...] = (),
-        worker_options: tuple[str, ...] = (),
-        runtime_dir: str,
-        zmq_context: zmq.Context,
-        reaper: Reaper,
-        on_message: MessageHandler,
-        on_end: EndHandler,
-        log: logging.Logger,
-        host: Credentials,
-        link_timeout: float = 15.0,
-        launch_options: dict | None = None,
-    ):
+    def __init__(self, number: int, *, target: Target, session: Session, worker_args: tuple[str, ...] = (),
+                 worker_options: tuple[str, ...] = (), zmq_context: zmq.Context, on_message: MessageHandler,
+                 on_end: EndHandler, log: logging.Logger, host: Credentials, link_timeout: float = 15.0):
+        """`session` is the proxy's (its worker's, when the target shares the key); `worker_args`
+        klbr's own options for an ipykernel it starts, `worker_options` the user's, for any worker."""
         self.number = number
         self.host = host  # its worker's way back to the supervisor (`klbr_supervisor.host`)
         self._identity: dict | None = None
-        self.kernel_name = kernel_name
-        self.placement = placement
+        self.target = target
         self.state = GenerationState.STARTING
         self.ending: Ending | None = None
-        self._worker = None  # its handle (`launched`), once its launch has begun
+        self._worker: Target | None = None  # its target, once its launch has begun
         self._starting = False  # `start` is under way (it launches, or ends it, itself)
         self.started = time.time()
-        # A worker elsewhere gets a key of its own, and its traffic is re-signed (`resign`).
-        self._resigner: Resigner | None = None
         self._proxy_session = session.session  # what its worker is started with, key shared or not
-        if not placement.shares_key:
-            own = Session(key=os.urandom(32).hex().encode("ascii"), signature_scheme=session.signature_scheme,
-                          username=session.username)
-            self._resigner = Resigner(own, session)
-            session = own
-        self._session = session
+        self._session = target.session
+        # A worker elsewhere gets a key of its own, and its traffic is re-signed (`resign`).
+        self._resigner = None if target.shares_key else Resigner(target.session, session)
         self._worker_args = worker_args  # klbr's own, for an ipykernel it starts
         self._worker_options = worker_options  # the user's, for any worker
-        self._runtime_dir = runtime_dir
         self._zmq = zmq_context
-        self._reaper = reaper
         self._on_message = on_message
         self._on_end = on_end
         self.log = log
-        self._channels = WorkerChannels(f"gen{number}", zmq_context, session, self._received,
+        self._channels = WorkerChannels(f"gen{number}", zmq_context, self._session, self._received,
                                         lambda: self._readiness.check(), log)
-        self._readiness = Readiness(f"generation {number}", session, self._channels, log)
+        self._readiness = Readiness(f"generation {number}", self._session, self._channels, log)
         self._loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int | None] = self._loop.create_future()
         self._ended: asyncio.Future[Ending] = self._loop.create_future()
@@ -111,7 +85,6 @@ class Generation:
         # A worker that does not share the frontend's key may run elsewhere: its link is watched
         # (heartbeat, and every message it sends), and silence for `link_timeout` ends it LINK_LOST.
         self._link_timeout = link_timeout
-        self._launch_options = launch_options or {}  # what a target's launch needs (ssh's command)
         self._link: LinkWatch | None = None
         self._link_how: str | None = None
         self._lost_task: asyncio.Task | None = None
@@ -143,23 +116,19 @@ class Generation:
                 self._finish(Ending(self._end_reason, None, "ended before its worker was launched"))
                 return False
         deadline = self._loop.time() + timeout
-        self._worker = worker_for(
-            self.kernel_name, self.placement, session=self._session, link_timeout=self._link_timeout,
-            **self._launch_options,
-            # Shadows the supervisor's context: no ZMQ threads of its own per generation.
-            context=zmq.asyncio.Context.shadow(self._zmq.underlying),
-            runtime_dir=self._runtime_dir, number=self.number, reaper=self._reaper,
-            on_exit=self._process_exited, log=self.log)
+        self._worker = self.target
         # The proxy's session id (and key, when shared: its messages go on untouched); ssh://'s too.
         extra = []
-        if self.placement.kind == "ssh" or (self.shares_key and takes_ipykernel_options(self.kernel_name)):
+        if self.target.takes_klbr_options:
             extra = [f"--Session.session={self._proxy_session}", *self._worker_args]
         extra += self._worker_options  # the user's, on every placement (a kernelspec's: after its argv)
         self.log.debug("generation %d: %s with %s", self.number, self.kernel_name, extra)
-        env = {**self.placement.environ(), **self.host.environ()}  # never argv: the key is a secret
+        env = self.target.environ()  # never argv: the key and the host credentials are secrets
+        if self.target.host_channel == "environ":
+            env.update(self.host.environ())
         try:
             async with asyncio.timeout_at(deadline):
-                info = await self._worker.launch(extra, env)
+                info = await self._worker.launch(extra, env, self._process_exited)
         except (LaunchError, TimeoutError) as e:
             why = (f"was not launched within {timeout:.0f} s" if isinstance(e, TimeoutError)
                    else f"could not be launched: {e}")
@@ -190,7 +159,7 @@ class Generation:
             return False
         if not ready.done() or ready.cancelled() or self.state is not GenerationState.STARTING:
             return False  # it died, or `stop` is ending it (a shutdown while it started)
-        if not self.shares_key:
+        if self.target.asks_identity:
             self._identity = await ask_identity(self._readiness, self._session)
             if self.state is not GenerationState.STARTING:
                 return False
@@ -268,8 +237,16 @@ class Generation:
         return dict(self._identity or {"pid": self.pid})
 
     @property
+    def placement(self) -> Placement:
+        return self.target.placement
+
+    @property
+    def kernel_name(self) -> str:
+        return self.target.kernel_name
+
+    @property
     def pid(self) -> int | None:
-        return self._worker.pid if self._worker is not None else None
+        return self.target.pid
 
     @property
     def kernel_info(self) -> dict:
@@ -289,7 +266,7 @@ class Generation:
     @property
     def shares_key(self) -> bool:
         """Whether its worker signs with the frontend's key (else its traffic is re-signed)."""
-        return self._resigner is None
+        return self.target.shares_key
 
     # -- the link to a worker elsewhere ------------------------------------------------------------
 
@@ -370,10 +347,10 @@ class Generation:
             reason = EndReason.START_FAILED
         else:
             reason = EndReason.LOST
-        if returncode is None and reason in _REPLACED and not getattr(self._worker, "confirmed", False):
+        if returncode is None and reason in _REPLACED and not self._worker.confirmed:
             reason = EndReason.LINK_LOST  # it may still run: no exit was seen, no kill confirmed
         await self._worker.release()
-        lost_how = getattr(self._worker, "lost_how", "") or f"{self.placement} ended with no exit reported"
+        lost_how = self._worker.lost_how or f"{self.placement} ended with no exit reported"
         if reason is EndReason.LINK_LOST:
             how = self._link_how or lost_how
         elif returncode is None:

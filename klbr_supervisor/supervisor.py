@@ -17,20 +17,20 @@ import tempfile
 import zmq
 from jupyter_client.session import Session
 
-from .boot import prelaunch
+from .boot.placement import Placement, PlacementError, parse
+from .boot.prelaunch import Early, host_environ
+from .boot.reaper import Reaper
 from .counts import ExecutionCounts
 from .generation import Generation
 from .host import HostService
 from .host.channel import Credentials
-from .launch import PRELAUNCHED, WorkerSpecs, kernel_name_for
-from .placement import Placement, PlacementError, check, parse
-from .policy import Policy, Refusal
-from .boot.reaper import Reaper
-from .settings import SupervisorSettings
 from .ladder import CellWatch
 from .listener import WorkerListener
+from .policy import Policy, Refusal
+from .settings import SupervisorSettings
 from .states import Ending, EndReason
 from .store import Store
+from .targets import Given, check, kind_for, target_for
 from .tasks import Tasks
 from .wire import Wire
 
@@ -42,10 +42,12 @@ class Supervisor(SupervisorSettings):
     """Configured as `Supervisor.*` (see `settings`)."""
 
     def __init__(self, listener: WorkerListener, *, session: Session, notebook: str | None = None,
-                 kernel_name: str | None = None, worker_options: tuple[str, ...] = (), **kwargs):
+                 kernel_name: str | None = None, worker_options: tuple[str, ...] = (),
+                 first: Early | None = None, **kwargs):
         """`session` carries the key, signature scheme and session id the workers share with the proxy;
         `notebook` and `kernel_name` label this session in the store; `worker_options` go on every
-        worker's command line (`SupervisorSettings.worker_options`)."""
+        worker's command line (`SupervisorSettings.worker_options`); `first` is what `boot.prelaunch`
+        started before the imports, which generation 1 adopts if it is what is configured."""
         super().__init__(**kwargs)
         self.worker_options = tuple(worker_options)
         self.listener = listener
@@ -85,17 +87,13 @@ class Supervisor(SupervisorSettings):
         self._tasks: Tasks | None = None
         self._zmq = zmq.Context.instance()
         self._reaper: Reaper | None = None
-        worker = prelaunch.current()
-        if worker is not None and not worker.matches(self, session.session):
+        if first is not None and not first.matches(self, session.session):
             # The configuration (a config file, options only traitlets read) asks for another one.
             self.log.info("the first worker started early is not the one configured: discarded")
-            prelaunch.discard()
-            worker = None
-        self._early_ssh = worker if isinstance(worker, prelaunch.EarlySsh) else None  # its SshWorker takes it
-        self._first_kernel = (PRELAUNCHED if isinstance(worker, prelaunch.Prelaunched)
-                              else kernel_name_for(self.where, self.worker_kernel))
-        self._runtime_dir = worker.runtime_dir if worker is not None else tempfile.mkdtemp(prefix="klbr-")
-        self._first_host = worker.host if worker is not None else None
+            first.discard()
+            first = None
+        self._first = first  # generation 1's target adopts it
+        self._runtime_dir = first.runtime_dir if first is not None else tempfile.mkdtemp(prefix="klbr-")
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -117,26 +115,15 @@ class Supervisor(SupervisorSettings):
 
     def _launch(self, *, spare: bool) -> Generation:
         number = next(self._numbers)
-        early, self._early_ssh = self._early_ssh, None  # generation 1 adopts the ssh started early
-        host = self._first_host if number == 1 and self._first_host else prelaunch.host_environ(self._runtime_dir)
-        where = self.where
+        early, self._first = self._first, None  # generation 1 adopts what was started early
+        host = early.host if early is not None and early.host else host_environ(self._runtime_dir)
+        given = Given(number=number, runtime_dir=self._runtime_dir, reaper=self._reaper, context=self._zmq,
+                      log=self.log, ssh=self.ssh, link_timeout=self.link_timeout)
+        target = target_for(self.where, self.worker_kernel, session=self.session.clone(), given=given, early=early)
         gen = Generation(
-            number,
-            kernel_name=self._first_kernel if number == 1 else kernel_name_for(where, self.worker_kernel),
-            placement=where,
-            session=self.session.clone(),
-            worker_args=self.worker_args,
-            worker_options=self.worker_options,
-            runtime_dir=self._runtime_dir,
-            zmq_context=self._zmq,
-            reaper=self._reaper,
-            on_message=self._message,
-            on_end=self._ended,
-            log=self.log,
-            host=Credentials.from_environ(host),
-            link_timeout=self.link_timeout,
-            launch_options={"ssh_command": self.ssh[0], "ssh_options": self.ssh[1], "early": early},
-        )
+            number, target=target, session=self.session, worker_args=self.worker_args,
+            worker_options=self.worker_options, zmq_context=self._zmq, on_message=self._message,
+            on_end=self._ended, log=self.log, host=Credentials.from_environ(host), link_timeout=self.link_timeout)
         self.host.admit(gen, gen.host)
         self._live.add(gen)
         if spare:
@@ -171,13 +158,14 @@ class Supervisor(SupervisorSettings):
         # A spare stays ready, unused, until `_takeover`.
 
     async def _check(self, placement: Placement) -> None:
-        """The configured first placement, checked as `%klbr placement` checks a new one."""
+        """The configured first placement, checked as `%klbr placement` checks a new one (ssh://'s
+        launch says the same itself: checked apart, it would cost a second connection to the host
+        at every start)."""
         if self._bad_placement is not None:
             raise PlacementError(self._bad_placement)
-        # ssh://'s launch says the same itself (its agent looks for ipykernel first): checked
-        # apart, it would cost a second connection to the host at every start.
-        if placement.kind not in ("local", "ssh"):
-            await check(placement, WorkerSpecs(), self.ssh)
+        kind = kind_for(placement, self.worker_kernel)
+        if not kind.checked_by_launch:
+            await kind.check(placement, self.ssh)
 
     def _ensure_spare(self) -> None:
         if self.standby_on and self.spare is None and not self._stopping and self.crash_loop is None:
@@ -222,7 +210,7 @@ class Supervisor(SupervisorSettings):
         has failed to start (its `ending` says why)."""
         target = parse(spec)
         if check_first:
-            await check(target, WorkerSpecs(), self.ssh)
+            await check(target, self.ssh, self.worker_kernel)
         old, before = self.current, self.where
         self.where, self._bad_placement = target, None
         self.policy.reset_restarts()

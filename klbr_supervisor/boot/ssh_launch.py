@@ -3,7 +3,7 @@ on its stdin (the agent, then its start message with the generation's fresh key)
 
 Standard library only: `prelaunch` starts the first generation's ssh before the proxy's own
 imports, when the kernel's command line names an ``ssh://`` placement, so the connection and the
-remote kernel's start overlap them; `ssh.SshWorker` starts every other one, and adopts that one.
+remote kernel's start overlap them; `targets.ssh` starts every other one, and adopts that one.
 """
 
 from __future__ import annotations

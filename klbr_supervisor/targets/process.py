@@ -1,4 +1,6 @@
-"""A worker's process on this machine: its pid and group, its stderr tail, and its exit.
+"""A process on this machine that a target runs: its pid and group, its stderr tail, and its exit.
+
+A local worker's, a provisioner helper's, an ``ssh://`` generation's ssh.
 
 The group is the reaper's to kill if the kernel dies however it dies; the exit is reported once, by
 the process's pidfd (exact: no polling, no guessing from a provisioner's `poll()`). What the
@@ -12,11 +14,12 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
+from collections import deque
 from collections.abc import Callable
 
-from .launch import StderrTail
-from .boot.reaper import Reaper
+from ..boot.reaper import Reaper
 
 
 class WorkerProcess:
@@ -69,3 +72,63 @@ class WorkerProcess:
             # of the channels open, and the drain waits for their ends.
             self.killpg(signal.SIGKILL)
         self._on_exit(returncode)
+
+
+class StderrTail:
+    """Copies a worker's stderr through to ours and keeps its last `limit` bytes.
+
+    Read on the loop with add_reader; closed at EOF (when the worker and all it started are gone).
+    """
+
+    def __init__(self, pipe, limit: int = 8192):
+        self._pipe = pipe
+        self._fd = pipe.fileno()
+        self._tail: deque[bytes] = deque()
+        self._size = 0
+        self._limit = limit
+        os.set_blocking(self._fd, False)
+        self._loop = asyncio.get_running_loop()
+        self._loop.add_reader(self._fd, self._read)
+        self.closed = False
+
+    def _read(self) -> int:
+        """Read what the pipe has (the loop calls this when it is readable); bytes read."""
+        try:
+            data = os.read(self._fd, 65536)
+        except BlockingIOError:
+            return 0
+        except OSError:
+            data = b""
+        if not data:
+            self.close()
+            return 0
+        try:
+            sys.stderr.buffer.write(data)
+            sys.stderr.flush()
+        except (AttributeError, OSError, ValueError):
+            pass
+        self.keep(data)
+        return len(data)
+
+    def keep(self, data: bytes) -> None:
+        """Add `data` to the tail (also what the worker published on iopub about no request)."""
+        self._tail.append(data)
+        self._size += len(data)
+        while self._size - len(self._tail[0]) >= self._limit:
+            self._size -= len(self._tail.popleft())
+
+    def read_now(self) -> None:
+        """Take in whatever the pipe holds right now (before reporting a tail)."""
+        while not self.closed and self._read():
+            pass
+
+    def text(self, max_lines: int = 20) -> str:
+        data = b"".join(self._tail)[-self._limit :]
+        lines = data.decode("utf-8", "replace").splitlines()
+        return "\n".join(lines[-max_lines:])
+
+    def close(self) -> None:
+        if not self.closed:
+            self.closed = True
+            self._loop.remove_reader(self._fd)
+            self._pipe.close()
