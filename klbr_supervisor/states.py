@@ -1,4 +1,9 @@
-"""The states of a workbench generation and the reasons it can end. Imports nothing of ours."""
+"""The states of a generation, the moves between them, and why a generation ends. Imports nothing
+of ours: every other module may read it.
+
+The state machine has one door that checks a move against its table and logs it
+(`Generation._set_state`), as supervisord's processes do.
+"""
 
 from __future__ import annotations
 
@@ -7,18 +12,30 @@ from dataclasses import dataclass
 
 
 class GenerationState(enum.Enum):
-    STARTING = "starting"
+    NEW = "new"  # created; its start has not begun
+    LAUNCHING = "launching"  # its placement checked, then its target launching the worker
+    STARTING = "starting"  # launched: connecting, until it answers kernel_info (`readiness`)
     READY = "ready"
-    BUSY = "busy"
-    ENDING = "ending"
-    ENDED = "ended"
+    BUSY = "busy"  # a cell runs on it
+    ENDING = "ending"  # it takes nothing more; its end is under way (`closing.Closing`)
+    ENDED = "ended"  # its `Ending` is recorded; its channels are closed
+
+    @property
+    def shown(self) -> str:
+        """As `%klbr status` shows it: a generation not serving yet is starting."""
+        return "starting" if self in _NOT_YET else self.value
 
 
-# The only transitions `Generation._set_state` accepts.
+_NOT_YET = frozenset({GenerationState.NEW, GenerationState.LAUNCHING, GenerationState.STARTING})
+# It takes requests.
+ALIVE = frozenset({GenerationState.READY, GenerationState.BUSY})
+# Every way out goes through ENDING: an end is decided once, then carried out.
 TRANSITIONS: dict[GenerationState, frozenset[GenerationState]] = {
-    GenerationState.STARTING: frozenset({GenerationState.READY, GenerationState.ENDING, GenerationState.ENDED}),
-    GenerationState.READY: frozenset({GenerationState.BUSY, GenerationState.ENDING, GenerationState.ENDED}),
-    GenerationState.BUSY: frozenset({GenerationState.READY, GenerationState.ENDING, GenerationState.ENDED}),
+    GenerationState.NEW: frozenset({GenerationState.LAUNCHING, GenerationState.ENDING}),
+    GenerationState.LAUNCHING: frozenset({GenerationState.STARTING, GenerationState.ENDING}),
+    GenerationState.STARTING: frozenset({GenerationState.READY, GenerationState.ENDING}),
+    GenerationState.READY: frozenset({GenerationState.BUSY, GenerationState.ENDING}),
+    GenerationState.BUSY: frozenset({GenerationState.READY, GenerationState.ENDING}),
     GenerationState.ENDING: frozenset({GenerationState.ENDED}),
     GenerationState.ENDED: frozenset(),
 }

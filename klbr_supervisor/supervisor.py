@@ -311,11 +311,11 @@ class Supervisor(SupervisorSettings):
         return {
             "generation": gen.number if gen else None,
             "pid": gen.pid if gen else None,
-            "state": gen.state.value if gen else ("stopped: link lost" if self.link_lost is not None
+            "state": gen.state.shown if gen else ("stopped: link lost" if self.link_lost is not None
                                                   else "stopped: crash loop" if self.crash_loop is not None else "none"),
             "uptime": gen.uptime if gen else None,
             "placement": self.where.spec,
-            "standby": (spare.state.value if spare else "none") if self.standby_on else "off",
+            "standby": (spare.state.shown if spare else "none") if self.standby_on else "off",
             "key": ("shared with the frontend" if gen.shares_key else "its own, re-signed by the proxy") if gen else None,
             "restarts": self.policy.restarts_in_window(),
             "restart_limit": self.restart_limit,
@@ -346,7 +346,7 @@ class Supervisor(SupervisorSettings):
         self.host.retire(gen.host)
         if ending.reason is EndReason.START_FAILED and gen is self.current:
             self._start_failed = True
-        if gen.state_was_ready:
+        if gen.served:
             self.store.generation_ended(gen.number, f"{ending.reason.value}: {ending.how}")
         if gen is self.spare:
             self.spare = None  # replaced at the next takeover, not in a loop now

@@ -112,8 +112,19 @@ class Target(ABC):
         kernelspec, the host); `relocate` asks it before the current generation ends for it."""
 
     def environ(self) -> dict[str, str]:
-        """Its worker's environment (the host channel's credentials come on top)."""
+        """Its worker's environment, before the host channel's credentials."""
         return {name: os.environ[name] for name in MINIMAL_ENV if name in os.environ}
+
+    def environment(self, host: dict[str, str]) -> dict[str, str]:
+        """What its worker is started with: `environ`, and the host channel's credentials `host`
+        when they reach it (never in argv: they, and its key, are secrets)."""
+        return {**self.environ(), **host} if self.host_channel == "environ" else self.environ()
+
+    def arguments(self, session_id: str, klbr_options: tuple[str, ...], options: tuple[str, ...]) -> list[str]:
+        """Its worker's words after its own command line: the proxy's session id and klbr's own
+        options when it takes them, then the user's `options` (on every kind)."""
+        own = [f"--Session.session={session_id}", *klbr_options] if self.takes_klbr_options else []
+        return [*own, *options]
 
     @abstractmethod
     async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict:
