@@ -1,8 +1,8 @@
-"""The states of a generation, the moves between them, and why a generation ends. Imports nothing
-of ours: every other module may read it.
+"""The states of a generation and of the supervisor, the moves between them, and why a generation
+ends. Imports nothing of ours: every other module may read it.
 
-The state machine has one door that checks a move against its table and logs it
-(`Generation._set_state`), as supervisord's processes do.
+Each state machine has one door that checks a move against its table and logs it
+(`Generation._set_state`, `Supervisor._set_state`), as supervisord's processes do.
 """
 
 from __future__ import annotations
@@ -60,3 +60,32 @@ class Ending:
     returncode: int | None
     how: str  # e.g. "killed by signal 9 (SIGKILL)"
     stderr_tail: str = ""
+
+
+class SupervisorState(enum.Enum):
+    SERVING = "serving"  # a generation serves or starts, or one starts when a request waits
+    START_FAILED = "start_failed"  # the current generation never served: the next request starts
+    # another, its placement checked first (a failed start is never retried in a loop)
+    HANDING_OVER = "handing_over"  # the current generation ended and the listener is being told;
+    # what follows was decided first, and nothing starts meanwhile
+    CRASH_LOOP = "crash_loop"  # the restart budget is spent: nothing starts until `%klbr restart`
+    LINK_LOST = "link_lost"  # a worker elsewhere fell silent: nothing starts until the user says
+    # what next (`%klbr reconnect`, `%klbr placement`, `%klbr restart`)
+    STOPPING = "stopping"  # shutting down: nothing starts again
+
+
+# Nothing starts until the user asks; requests are refused with the held `Refusal`.
+HALTED = frozenset({SupervisorState.CRASH_LOOP, SupervisorState.LINK_LOST})
+# A request that waits starts a generation.
+STARTS = frozenset({SupervisorState.SERVING, SupervisorState.START_FAILED})
+SUPERVISOR_TRANSITIONS: dict[SupervisorState, frozenset[SupervisorState]] = {
+    SupervisorState.SERVING: frozenset({SupervisorState.HANDING_OVER, SupervisorState.STOPPING}),
+    SupervisorState.START_FAILED: frozenset({
+        SupervisorState.SERVING, SupervisorState.HANDING_OVER, SupervisorState.STOPPING}),
+    SupervisorState.HANDING_OVER: frozenset({
+        SupervisorState.SERVING, SupervisorState.START_FAILED, SupervisorState.CRASH_LOOP,
+        SupervisorState.LINK_LOST}),
+    SupervisorState.CRASH_LOOP: frozenset({SupervisorState.SERVING, SupervisorState.STOPPING}),
+    SupervisorState.LINK_LOST: frozenset({SupervisorState.SERVING, SupervisorState.STOPPING}),
+    SupervisorState.STOPPING: frozenset(),
+}
