@@ -91,8 +91,10 @@ class Generation:
     async def start(self, timeout: float, check=None) -> bool:
         """Launch the worker and wait until it serves (see `readiness`): True; False when it ended
         first (START_FAILED says why). `check`, awaited first, may raise a `PlacementError`: its text."""
-        if self.state is not GenerationState.NEW:
-            return False  # stopped before its start began (a spare no longer wanted)
+        if self.state is not GenerationState.NEW:  # stopped before its start began (a spare not wanted)
+            if check is not None:
+                check.close()
+            return False
         self._set_state(GenerationState.LAUNCHING, f"on {self.placement}")
         launched = False  # whether anything may run that its exit must end
         try:
