@@ -58,18 +58,19 @@ class Generation:
         self.started = time.time()
         self._proxy_session = session.session  # what its worker is started with, key shared or not
         self._session = target.session
-        # A worker elsewhere gets a key of its own, and its traffic is re-signed (`resign`).
-        self._resigner = None if target.shares_key else Resigner(target.session, session)
         self._worker_args = worker_args
         self._worker_options = worker_options
         self._zmq = zmq_context
         self._on_end = on_end
         self.log = log
         self._identity: dict | None = None
-        self._channels = WorkerChannels(f"gen{number}", zmq_context, self._session, self._received,
+        self._channels = WorkerChannels(f"gen{number}", zmq_context, self._session,
+                                        lambda channel, frames: self._traffic.received(channel, frames),
                                         lambda: self._readiness.check(), log)
         self._readiness = Readiness(f"generation {number}", self._session, self._channels, log)
-        self._traffic = Traffic(self, self._readiness, on_message)
+        # A worker elsewhere gets a key of its own, and its traffic is re-signed (`resign`).
+        resigner = None if target.shares_key else Resigner(target.session, session)
+        self._traffic = Traffic(self, self._readiness, resigner, on_message)
         self._loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int | None] = self._loop.create_future()
         self._ended: asyncio.Future[Ending] = self._loop.create_future()
@@ -161,6 +162,7 @@ class Generation:
         if not target.shares_key and self._link_timeout > 0:  # from now on, silence is a lost link
             self._link = LinkWatch(f"gen{self.number}", self._zmq, endpoint(info, "hb"), self._link_timeout,
                                    self._link_lost)
+            self._traffic.heard = self._link.heard  # a message its key signed is word from it too
         return True
 
     def _failed(self, why: str, tail: str = "") -> bool:
@@ -209,9 +211,7 @@ class Generation:
     def send(self, channel: str, frames: list) -> bool:
         if self.state in _OVER:
             return False
-        if self._resigner is not None:
-            frames = self._resigner.to_worker(frames)
-        return self._channels.send(channel, frames)
+        return self._channels.send(channel, self._traffic.outgoing(frames))
 
     async def wait_started(self) -> bool:
         """Until it serves, its identity known (True), or has ended without serving (False)."""
@@ -291,20 +291,7 @@ class Generation:
         else:
             self.target.signal(signal.SIGKILL)  # its exit then ends the generation, with the link's words
 
-    # -- what the worker says, and its end ---------------------------------------------------------
-
-    def _received(self, channel: str, frames: list) -> None:
-        try:
-            if self._resigner is not None:
-                frames = self._resigner.from_worker(frames)
-            wire = Wire.parse(frames)
-            if self._link is not None:
-                self._link.heard()  # a message its key signed: word from it
-        except ValueError as e:  # MalformedMessage, a bad signature, an undecodable header
-            self.log.warning("generation %d: malformed %s message dropped: %s", self.number, channel, e)
-            return
-        if self.state is not GenerationState.ENDED:  # a stale generation has no voice
-            self._traffic.route(channel, wire)
+    # -- its end ----------------------------------------------------------------------------------
 
     def _process_exited(self, returncode: int | None) -> None:
         """The worker has ended (and what it started was killed): drain, then record the end.

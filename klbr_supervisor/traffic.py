@@ -1,6 +1,8 @@
-"""What a generation's worker says, sorted: the generation's own bookkeeping, or the listener's.
+"""What a generation's worker says and is sent: re-signed, verified, and sorted.
 
-Its own: the replies and iopub of its own requests (`readiness`: the kernel_info probes, the
+A worker with a key of its own is re-signed both ways (`resign`); what does not verify, or is no
+message, is dropped with a warning. What is left is the generation's own bookkeeping or the
+listener's. Its own: the replies and iopub of its own requests (`readiness`: the kernel_info probes, the
 execution-count sync, the identity question), ipykernel's ``iopub_welcome``, and what the worker
 publishes about no request at all (its ``starting`` status, start-up noise such as debugpy's
 warnings), which goes to the kernel's log and the stderr tail instead (DESIGN.md semantics 10).
@@ -13,6 +15,8 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from .readiness import Readiness
+from .resign import Resigner
+from .states import GenerationState
 from .wire import Wire
 
 if TYPE_CHECKING:
@@ -23,11 +27,32 @@ _UNPARENTED_FOR_FRONTEND = frozenset({"debug_event"})
 
 
 class Traffic:
-    def __init__(self, generation: Generation, readiness: Readiness,
+    def __init__(self, generation: Generation, readiness: Readiness, resigner: Resigner | None,
                  on_message: Callable[[Generation, str, Wire], None]):
         self._generation = generation
         self._readiness = readiness
+        self._resigner = resigner
         self._on_message = on_message
+        self.heard: Callable[[], None] | None = None  # once its link is watched (`link`)
+
+    def outgoing(self, frames: list) -> list:
+        """Frames for the worker, as the proxy would send them to a shared-key worker."""
+        return self._resigner.to_worker(frames) if self._resigner is not None else frames
+
+    def received(self, channel: str, frames: list) -> None:
+        """Frames from the worker on `channel` (its `connection` calls this, on the loop)."""
+        gen = self._generation
+        try:
+            if self._resigner is not None:
+                frames = self._resigner.from_worker(frames)
+            wire = Wire.parse(frames)
+            if self.heard is not None:
+                self.heard()  # a message its key signed: word from it
+        except ValueError as e:  # MalformedMessage, a bad signature, an undecodable header
+            gen.log.warning("generation %d: malformed %s message dropped: %s", gen.number, channel, e)
+            return
+        if gen.state is not GenerationState.ENDED:  # a stale generation has no voice
+            self.route(channel, wire)
 
     def route(self, channel: str, wire: Wire) -> None:
         """A verified message from the worker on `channel`."""
