@@ -6,15 +6,17 @@ import sys
 # must not pay for the CLI's imports before its first worker is spawned.
 if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
     from .cli import main
+
+    main()
 else:
     # Before any heavy import: the first worker starts now, in parallel with ours.
-    from klbr_supervisor import prelaunch
+    from klbr_supervisor.boot import prelaunch
 
-    prelaunch.start(sys.argv[1:])
+    first = prelaunch.start(sys.argv[1:])
     # Then the frontend's sockets, so the kernel answers kernel_info while the rest imports.
     from . import early
 
-    early.start(sys.argv[1:])
+    early.start(sys.argv[1:], first.session_id if first is not None else None)
     from .app import main
 
-main()
+    main(first)  # handed down to generation 1, which adopts it

@@ -18,9 +18,9 @@ import signal
 
 from jupyter_client.session import Session
 from jupyter_core.application import JupyterApp, base_aliases
-from traitlets import Int, TraitError, Unicode, default, validate
+from traitlets import Any, Int, TraitError, Unicode, default, validate
 
-from klbr_supervisor import prelaunch
+from klbr_supervisor.boot import prelaunch
 from klbr_supervisor.host import HostService
 from klbr_supervisor.store import Store
 from klbr_supervisor.supervisor import Supervisor
@@ -44,6 +44,9 @@ class KlbrKernelApp(JupyterApp):
              "request is never answered. -1: no limit. (iopub and the heartbeat take a few KiB.) On the kernel's "
              "command line (the kernelspec's argv) only: the sockets are bound before config files are read, so "
              "a config file's value is reported in the log, not applied.")
+
+    # What `boot.prelaunch` started before the imports (`__main__` hands it over), for generation 1.
+    first_worker = Any(None, allow_none=True)
 
     aliases = {**base_aliases, "f": "KlbrKernelApp.connection_file"}
 
@@ -114,7 +117,8 @@ class KlbrKernelApp(JupyterApp):
         else:
             problem = prelaunch.connection_problem(info) or encryption.problem(info)
         if problem is not None:
-            prelaunch.discard()  # spawned before the file was checked for encryption
+            if self.first_worker is not None:
+                self.first_worker.discard()  # spawned before the file was checked for encryption
             self.log.critical("klbr kernel: %s: %s; refusing to start", self.connection_file, problem)
             self.exit(2)
         if not info.get("key"):
@@ -128,8 +132,8 @@ class KlbrKernelApp(JupyterApp):
             parent=self,
         )
         # The session the early answers and the prelaunched worker already speak as, if any.
-        worker = prelaunch.current()
-        session_id = early.session_id() or (worker.session_id if worker else None)
+        worker = self.first_worker
+        session_id = early.session_id() or (worker.session_id if worker is not None else None)
         if session_id is not None:
             session.session = session_id
         self._check_frame_cap()
@@ -141,7 +145,8 @@ class KlbrKernelApp(JupyterApp):
     async def _serve(self, info: dict, session: Session, worker_options: tuple[str, ...]) -> None:
         # jupyter_server names the notebook a kernel serves; the cell log keys history by it.
         proxy = Proxy(info, session, parent=self, notebook=os.environ.get("JPY_SESSION_NAME") or None,
-                      max_message_size=self.max_message_size, worker_options=worker_options)
+                      max_message_size=self.max_message_size, worker_options=worker_options,
+                      first_worker=self.first_worker)
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, proxy.request_shutdown)
         loop.add_signal_handler(signal.SIGINT, proxy.request_interrupt)
@@ -153,6 +158,7 @@ class KlbrKernelApp(JupyterApp):
         await proxy.run()
 
 
-def main() -> None:
+def main(first_worker: prelaunch.Early | None = None) -> None:
+    """`first_worker`: what `boot.prelaunch.start` started, if anything."""
     logging.basicConfig(level=logging.WARNING, format="[klbr %(levelname)s %(name)s] %(message)s")
-    KlbrKernelApp.launch_instance()
+    KlbrKernelApp.launch_instance(first_worker=first_worker)

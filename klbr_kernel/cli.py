@@ -199,7 +199,7 @@ class InstallCommand(KlbrCommand):
         if sum([self.user, self.sys_prefix, bool(self.prefix)]) > 1:
             self._usage("--user, --sys-prefix and --prefix exclude each other")
         if self.placement:
-            from klbr_supervisor.placement import PlacementError, parse
+            from klbr_supervisor.boot.placement import PlacementError, parse
 
             try:
                 parse(self.placement)

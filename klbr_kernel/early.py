@@ -26,7 +26,8 @@ from datetime import datetime, timezone
 
 import zmq
 
-from klbr_supervisor import prelaunch, protocol
+from klbr_supervisor import protocol
+from klbr_supervisor.boot import prelaunch
 
 from . import encryption
 from .heartbeat import Heartbeat
@@ -278,8 +279,9 @@ _bound: Bound | None = None
 _responder: _Responder | None = None
 
 
-def start(argv: list[str]) -> None:
-    """Bind the sockets of the connection file in `argv` and answer kernel_info until `take`.
+def start(argv: list[str], session_id: str | None = None) -> None:
+    """Bind the sockets of the connection file in `argv` and answer kernel_info until `take`, as
+    `session_id` (the prelaunched worker's, which the proxy keeps) or a new one.
 
     Does nothing when there is no readable connection file or the bind fails: the app reports
     the first, and the `Frontend` binds (or reports the failure) itself."""
@@ -295,9 +297,8 @@ def start(argv: list[str]) -> None:
         sockets, heartbeat = bind(info, context, size)
     except (OSError, TypeError, ValueError, KeyError, zmq.ZMQError):  # no file, bad JSON, port taken
         return
-    worker = prelaunch.current()
     # The session the frontend will see throughout: the prelaunched worker already speaks as it.
-    _bound = Bound(sockets, heartbeat, worker.session_id if worker else prelaunch.new_id(), size)
+    _bound = Bound(sockets, heartbeat, session_id or prelaunch.new_id(), size)
     _responder = _Responder(_bound, info, context)
     _responder.start()
 

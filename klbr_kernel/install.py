@@ -20,7 +20,7 @@ def kernel_json(display_name: str = "Python 3 (klbr)", placement: str = "") -> d
     so what is checked here is what the kernel will have. (The spec the wheel ships, for an
     interpreter not known when it is built, offers no encryption.) `placement`, if any, goes on the
     kernel's command line: an ssh:// one then connects while the kernel starts (see
-    `klbr_supervisor.prelaunch`)."""
+    `klbr_supervisor.boot.prelaunch`)."""
     metadata: dict = {"debugger": True}
     if zmq.has("curve"):
         metadata["supported_encryption"] = ["curve"]

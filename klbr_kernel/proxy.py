@@ -58,12 +58,13 @@ class Proxy:
     """Created by the app with the frontend's connection info; `run` serves until shutdown."""
 
     def __init__(self, info: dict, session: Session, parent=None, notebook: str | None = None,
-                 max_message_size: int = MAX_MESSAGE_SIZE, worker_options: tuple[str, ...] = ()):
+                 max_message_size: int = MAX_MESSAGE_SIZE, worker_options: tuple[str, ...] = (), first_worker=None):
+        """`first_worker`: what `boot.prelaunch` started before the imports, for the supervisor."""
         self.session = session
         self.frontend = frontend = Frontend(info, session, self._frontend_message, max_message_size)
         self.supervisor = supervisor = Supervisor(self, session=session, parent=parent, notebook=notebook,
                                                   kernel_name=info.get("kernel_name") or None,
-                                                  worker_options=worker_options)
+                                                  worker_options=worker_options, first=first_worker)
         self.cell_log = cell_log = CellLog(supervisor.store)
         self.replies = replies = Replies(frontend, session, cell_log)
         self.queue = queue = ShellQueue()

@@ -7,8 +7,9 @@ from __future__ import annotations
 from traitlets import Bool, Float, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
-from .prelaunch import history_args
-from .ssh_launch import LINK_TIMEOUT, split
+from .boot.prelaunch import history_args
+from .boot.ssh_launch import LINK_TIMEOUT, split
+from .targets import kind_for
 
 
 class SupervisorSettings(LoggingConfigurable):
@@ -69,8 +70,8 @@ class SupervisorSettings(LoggingConfigurable):
 
     @property
     def standby_on(self) -> bool:
-        """`standby` as configured, else whether the current placement keeps a spare by default."""
-        return self.standby if self.standby is not None else self.where.warm
+        """`standby` as configured, else whether the current placement's kind keeps a spare by default."""
+        return self.standby if self.standby is not None else kind_for(self.where, self.worker_kernel).warm
 
     # The user's options for the workers (``--Class.trait=value``, from the kernel's command line:
     # `klbr_kernel.options`), which every generation's worker gets after klbr's own.

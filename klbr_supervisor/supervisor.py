@@ -1,9 +1,10 @@
 """The supervisor: starts workbench generations, ends them when they must end, and replaces them.
 
-Driven by the proxy (or a test) through `send`, `send_execute`, `cells` (the running cell: busy,
-input, finished), `interrupt`, `restart` and `shutdown`; it reports back through a `WorkerListener`.
-It never sees a frontend. Decisions (ladder, deadlines, budget, poison, refusals, retries) are the
-`Policy`'s; this class and `CellWatch` carry them out.
+Driven by the proxy (or a test, with no proxy: `tests/test_supervisor.py`) through `send`,
+`send_execute`, `cells` (the running cell: busy, input, finished), `interrupt`, `restart`,
+`relocate` and `shutdown`; it reports back through a `WorkerListener`. It never sees a frontend.
+Decisions (ladder, deadlines, budget, poison, refusals, retries) are the `Policy`'s; this class and
+`CellWatch` carry them out. Its own state, and what follows a generation's end, are `succession`'s.
 """
 
 from __future__ import annotations
@@ -17,35 +18,34 @@ import tempfile
 import zmq
 from jupyter_client.session import Session
 
-from . import prelaunch
+from .boot.placement import Placement, PlacementError, parse
+from .boot.prelaunch import Early, host_environ
+from .boot.reaper import Reaper
 from .counts import ExecutionCounts
 from .generation import Generation
 from .host import HostService
 from .host.channel import Credentials
-from .launch import PRELAUNCHED, WorkerSpecs, kernel_name_for
-from .placement import Placement, PlacementError, check, parse
-from .policy import Policy, Refusal
-from .reaper import Reaper
-from .settings import SupervisorSettings
 from .ladder import CellWatch
 from .listener import WorkerListener
-from .states import Ending, EndReason
+from .policy import Policy, Refusal
+from .settings import SupervisorSettings
+from .states import EndReason, SupervisorState
 from .store import Store
+from .succession import Succession
+from .targets import Given, check, kind_for, target_for
 from .tasks import Tasks
 from .wire import Wire
 
-# Endings that count against the restart budget: the worker went away without being asked to.
-_AUTOMATIC = frozenset({EndReason.LOST, EndReason.KILLED, EndReason.DEADLINE})
-
-
-class Supervisor(SupervisorSettings):
+class Supervisor(Succession, SupervisorSettings):
     """Configured as `Supervisor.*` (see `settings`)."""
 
     def __init__(self, listener: WorkerListener, *, session: Session, notebook: str | None = None,
-                 kernel_name: str | None = None, worker_options: tuple[str, ...] = (), **kwargs):
+                 kernel_name: str | None = None, worker_options: tuple[str, ...] = (),
+                 first: Early | None = None, **kwargs):
         """`session` carries the key, signature scheme and session id the workers share with the proxy;
         `notebook` and `kernel_name` label this session in the store; `worker_options` go on every
-        worker's command line (`SupervisorSettings.worker_options`)."""
+        worker's command line (`SupervisorSettings.worker_options`); `first` is what `boot.prelaunch`
+        started before the imports, which generation 1 adopts if it is what is configured."""
         super().__init__(**kwargs)
         self.worker_options = tuple(worker_options)
         self.listener = listener
@@ -60,42 +60,34 @@ class Supervisor(SupervisorSettings):
             restart_window=self.restart_window,
             poison_after=self.poison_after,
         )
-        # Where generations run now; a spec that names no placement fails the first start, loudly
-        # (never a silent fallback to local).
-        self._bad_placement: str | None = None
-        self._start_failed = False  # the last generation never served
+        self.state = SupervisorState.SERVING
+        self._refusal: Refusal | None = None  # in a HALTED state: what requests are told
+        # Where generations run now. A spec that names no placement is kept as such: every start
+        # fails saying why (`targets.factory.Nowhere`), never a silent fallback to local.
         try:
             self.where: Placement = parse(self.placement)
-        except PlacementError as e:
-            self.where, self._bad_placement = Placement(self.placement, "invalid"), str(e)
+        except PlacementError:
+            self.where = Placement(self.placement, "invalid")
         self.current: Generation | None = None
         self.spare: Generation | None = None
         # Generations not yet ended (current, spare, and any being stopped); an ended one is let go
-        # of, and only its row in the store remains (issue I, defect 12).
+        # of, and only its row in the store remains.
         self._live: set[Generation] = set()
         self._numbers = itertools.count(1)
-        self.crash_loop: int | None = None  # restarts used when the budget ran out
-        self.link_lost: str | None = None  # how the link was lost; nothing starts until asked
         self.counts = ExecutionCounts()
         self.cells = CellWatch(self.policy, self.kill_grace, self.log, self._cell_finished)
         self.host = HostService(self, parent=self)
-        self._stopping = False
-        self._ending = False  # inside listener.generation_ended: the replacement is decided already
         self._stopped = asyncio.Event()
         self._tasks: Tasks | None = None
         self._zmq = zmq.Context.instance()
         self._reaper: Reaper | None = None
-        worker = prelaunch.current()
-        if worker is not None and not worker.matches(self, session.session):
+        if first is not None and not first.matches(self, session.session):
             # The configuration (a config file, options only traitlets read) asks for another one.
             self.log.info("the first worker started early is not the one configured: discarded")
-            prelaunch.discard()
-            worker = None
-        self._early_ssh = worker if isinstance(worker, prelaunch.EarlySsh) else None  # its SshWorker takes it
-        self._first_kernel = (PRELAUNCHED if isinstance(worker, prelaunch.Prelaunched)
-                              else kernel_name_for(self.where, self.worker_kernel))
-        self._runtime_dir = worker.runtime_dir if worker is not None else tempfile.mkdtemp(prefix="klbr-")
-        self._first_host = worker.host if worker is not None else None
+            first.discard()
+            first = None
+        self._first = first  # generation 1's target adopts it
+        self._runtime_dir = first.runtime_dir if first is not None else tempfile.mkdtemp(prefix="klbr-")
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
@@ -117,26 +109,15 @@ class Supervisor(SupervisorSettings):
 
     def _launch(self, *, spare: bool) -> Generation:
         number = next(self._numbers)
-        early, self._early_ssh = self._early_ssh, None  # generation 1 adopts the ssh started early
-        host = self._first_host if number == 1 and self._first_host else prelaunch.host_environ(self._runtime_dir)
-        where = self.where
+        early, self._first = self._first, None  # generation 1 adopts what was started early
+        host = early.host if early is not None and early.host else host_environ(self._runtime_dir)
+        given = Given(number=number, runtime_dir=self._runtime_dir, reaper=self._reaper, context=self._zmq,
+                      log=self.log, ssh=self.ssh, link_timeout=self.link_timeout)
+        target = target_for(self.where, self.worker_kernel, session=self.session.clone(), given=given, early=early)
         gen = Generation(
-            number,
-            kernel_name=self._first_kernel if number == 1 else kernel_name_for(where, self.worker_kernel),
-            placement=where,
-            session=self.session.clone(),
-            worker_args=self.worker_args,
-            worker_options=self.worker_options,
-            runtime_dir=self._runtime_dir,
-            zmq_context=self._zmq,
-            reaper=self._reaper,
-            on_message=self._message,
-            on_end=self._ended,
-            log=self.log,
-            host=Credentials.from_environ(host),
-            link_timeout=self.link_timeout,
-            launch_options={"ssh_command": self.ssh[0], "ssh_options": self.ssh[1], "early": early},
-        )
+            number, target=target, session=self.session, worker_args=self.worker_args,
+            worker_options=self.worker_options, zmq_context=self._zmq, on_message=self._message,
+            on_end=self._ended, log=self.log, host=Credentials.from_environ(host), link_timeout=self.link_timeout)
         self.host.admit(gen, gen.host)
         self._live.add(gen)
         if spare:
@@ -150,7 +131,7 @@ class Supervisor(SupervisorSettings):
         try:
             # Checked first as `%klbr placement` checks: the configured placement, and again after
             # a failed start (the failure then names what is missing, not just the worker's exit).
-            first = gen.number == 1 or self._bad_placement is not None or self._start_failed
+            first = gen.number == 1 or self.state is SupervisorState.START_FAILED
             started = await gen.start(self.startup_timeout, self._check(gen.placement) if first else None)
         except Exception:
             # A bug here must cost one generation, not the kernel: it ends as a failed start.
@@ -159,54 +140,30 @@ class Supervisor(SupervisorSettings):
             return
         if not started:
             return  # `_ended` has dealt with it
-        if self._stopping:
+        if self.state is SupervisorState.STOPPING:
             await gen.stop(EndReason.SHUTDOWN, self.kill_grace)
         elif gen is self.current:
-            self._start_failed = False
+            self._set_state(SupervisorState.SERVING, f"generation {gen.number} serves")
             self._record_start(gen)
             self.listener.generation_ready(gen)
             # Warm the spare a moment later: started at once, its imports compete for the CPU with
-            # the first cells, which the user is waiting for (start -> first cell, issue F).
+            # the first cells, which the user is waiting for (start -> first cell).
             asyncio.get_running_loop().call_later(self.standby_delay, self._ensure_spare)
         # A spare stays ready, unused, until `_takeover`.
 
     async def _check(self, placement: Placement) -> None:
-        """The configured first placement, checked as `%klbr placement` checks a new one."""
-        if self._bad_placement is not None:
-            raise PlacementError(self._bad_placement)
-        # ssh://'s launch says the same itself (its agent looks for ipykernel first): checked
-        # apart, it would cost a second connection to the host at every start.
-        if placement.kind not in ("local", "ssh"):
-            await check(placement, WorkerSpecs(), self.ssh)
-
-    def _ensure_spare(self) -> None:
-        if self.standby_on and self.spare is None and not self._stopping and self.crash_loop is None:
-            self._launch(spare=True)
-
-    def _takeover(self) -> None:
-        """Make the spare current (at once if it is ready), or start a new generation."""
-        spare, self.spare = self.spare, None
-        if spare is not None and spare.ending is None:
-            self.current = spare
-            if spare.alive:
-                self._record_start(spare)
-                self.listener.generation_ready(spare)
-                self._ensure_spare()
-            # else: still starting; `_bring_up` announces it, since it is current now
-        else:
-            self._launch(spare=False)
-
-    def ensure_started(self) -> None:
-        """Called by the proxy when a request waits: start a generation if none is alive or starting."""
-        if (self.current is None and not self._stopping and self.crash_loop is None and self.link_lost is None
-                and not self._ending):
-            self._takeover()
+        """The configured first placement, checked as `%klbr placement` checks a new one (ssh://'s
+        launch checks the same itself: checked apart, it would cost a second connection to the
+        host at every start)."""
+        kind = kind_for(placement, self.worker_kernel)
+        if not kind.checked_by_launch:
+            await kind.check(placement, self.ssh)
 
     async def restart(self) -> None:
         """`%klbr restart`: a new generation now; the budget, a crash loop and poison start over."""
         self.policy.reset_restarts()
         self.policy.clear_poison()
-        self.crash_loop = self.link_lost = None
+        self._resume("restart")
         gen = self.current
         self.store.event("restart", {"generation": gen.number if gen else None})
         if gen is not None and gen.ending is None:
@@ -222,11 +179,11 @@ class Supervisor(SupervisorSettings):
         has failed to start (its `ending` says why)."""
         target = parse(spec)
         if check_first:
-            await check(target, WorkerSpecs(), self.ssh)
+            await check(target, self.ssh, self.worker_kernel)
         old, before = self.current, self.where
-        self.where, self._bad_placement = target, None
+        self.where = target
         self.policy.reset_restarts()
-        self.crash_loop = self.link_lost = None
+        self._resume("placement")
         self.store.event("placement", {"from": before.spec, "to": target.spec,
                                        "generation": old.number if old else None})
         self.log.info("placement %s -> %s", before, target)
@@ -247,7 +204,7 @@ class Supervisor(SupervisorSettings):
 
     async def shutdown(self) -> None:
         """End every generation (SIGTERM, SIGKILL after `kill_grace`); nothing respawns."""
-        self._stopping = True
+        self._set_state(SupervisorState.STOPPING, "shutdown")
         self.host.shutdown()  # its commands end too: `run` waits for their tasks
         try:
             await asyncio.gather(*(g.stop(EndReason.SHUTDOWN, self.kill_grace) for g in list(self._live)))
@@ -266,8 +223,9 @@ class Supervisor(SupervisorSettings):
         """Send an execute; first tell the worker where the count continues, if it does not know.
 
         `counts` is whether the execute takes an execution count (store_history and not silent);
-        `timeout` a per-cell deadline; `cell_id` its row in the store. The worker runs shell messages in order, so the silent sync
-        always runs first. From here until `cells.finished`, a loss of the worker is this cell's.
+        `timeout` a per-cell deadline; `cell_id` its row in the store. The worker runs shell messages
+        in order, so the silent sync always runs first. From here until `cells.finished`, a loss of
+        the worker is this cell's.
         """
         gen = self.current
         if gen is None or not gen.alive:
@@ -286,19 +244,18 @@ class Supervisor(SupervisorSettings):
             self.current.next_count = count + 1
 
     def _cell_finished(self, cell) -> None:
-        self.host.cell_ended(cell, stopping=self._stopping)
+        self.host.cell_ended(cell, stopping=self.state is SupervisorState.STOPPING)
 
     def start_task(self, work, what: str, on_error=None) -> None:
         """Background work of the supervisor's side services (a host command), failure logged."""
         self._tasks.start(work, what, on_error)
 
     def refusal(self, code: str | None) -> Refusal | None:
-        """Why a request must not run now, if it must not: the restart budget is spent (nothing can
-        run until `%klbr restart`), or `code` (an execute's) killed its worker too often in a row."""
-        if self.current is None and self.link_lost is not None:
-            return Refusal("placement_lost", 0, detail=self.link_lost)
-        if self.current is None and self.crash_loop is not None:
-            return Refusal("crash_loop", self.crash_loop, self.restart_window)
+        """Why a request must not run now, if it must not: the restart budget is spent or the link
+        lost (nothing can run until the user says), or `code` (an execute's) killed its worker too
+        often in a row."""
+        if self.current is None and self._refusal is not None:
+            return self._refusal
         if code is not None and self.policy.is_poisoned(code):
             return Refusal("poisoned", self.policy.poison_count())
         return None
@@ -320,14 +277,14 @@ class Supervisor(SupervisorSettings):
 
     def status(self) -> dict:
         gen, spare = self.current, self.spare
+        stopped = {"placement_lost": "stopped: link lost", "crash_loop": "stopped: crash loop"}
         return {
             "generation": gen.number if gen else None,
             "pid": gen.pid if gen else None,
-            "state": gen.state.value if gen else ("stopped: link lost" if self.link_lost is not None
-                                                  else "stopped: crash loop" if self.crash_loop is not None else "none"),
+            "state": gen.state.shown if gen else stopped.get(self._refusal.reason if self._refusal else "", "none"),
             "uptime": gen.uptime if gen else None,
             "placement": self.where.spec,
-            "standby": (spare.state.value if spare else "none") if self.standby_on else "off",
+            "standby": (spare.state.shown if spare else "none") if self.standby_on else "off",
             "key": ("shared with the frontend" if gen.shares_key else "its own, re-signed by the proxy") if gen else None,
             "restarts": self.policy.restarts_in_window(),
             "restart_limit": self.restart_limit,
@@ -348,53 +305,3 @@ class Supervisor(SupervisorSettings):
         info = gen.kernel_info.get("language_info", {})
         identity = {**gen.identity(), "kernel": gen.kernel_name, "language": info.get("name")}
         self.store.generation_started(gen.number, gen.placement.spec, identity, gen.pid)
-
-    def _ended(self, gen: Generation, ending: Ending) -> None:
-        # Asked for (a shutdown, a restart): news, not a warning in the server's log at every exit.
-        asked = ending.reason in (EndReason.SHUTDOWN, EndReason.RESTART, EndReason.RELOCATED)
-        (self.log.info if asked else self.log.warning)(
-            "generation %d (pid %s) ended: %s, %s", gen.number, gen.pid, ending.reason.value, ending.how)
-        self._live.discard(gen)
-        self.host.retire(gen.host)
-        if ending.reason is EndReason.START_FAILED and gen is self.current:
-            self._start_failed = True
-        if gen.state_was_ready:
-            self.store.generation_ended(gen.number, f"{ending.reason.value}: {ending.how}")
-        if gen is self.spare:
-            self.spare = None  # replaced at the next takeover, not in a loop now
-            return
-        if gen is not self.current:
-            return
-        self.cells.ended(gen, ending.reason)
-        self.current = None
-        # Decide before telling the proxy, so it can answer what waits (a crash loop, a failed start).
-        replace = not self._stopping and ending.reason not in (EndReason.START_FAILED, EndReason.LINK_LOST)
-        if ending.reason is EndReason.LINK_LOST:
-            # Never a second kernel while the first may still run, never a silent fallback: the
-            # user says what next (`%klbr reconnect`, `%klbr placement`).
-            self.link_lost = f"{gen.placement}: {ending.how}"
-            self.store.event("link_lost", {"generation": gen.number, "placement": gen.placement.spec,
-                                           "how": ending.how})
-            self._stop_spare()
-        if replace and ending.reason in _AUTOMATIC:
-            if self.policy.may_restart():
-                self.policy.note_restart()
-            else:
-                replace = False
-                self.crash_loop = self.policy.restarts_in_window()
-                self.log.error("%d new generations in %.0f s: not starting another until %%klbr restart",
-                               self.crash_loop, self.restart_window)
-                self._stop_spare()
-        self._ending = True
-        try:
-            self.listener.generation_ended(gen, ending)
-        finally:
-            self._ending = False
-        if replace:
-            self._takeover()
-        # A failed start is retried by the next request (`ensure_started`), never in a loop.
-
-    def _stop_spare(self) -> None:
-        spare, self.spare = self.spare, None
-        if spare is not None and spare.ending is None:
-            self._tasks.start(spare.stop(EndReason.SHUTDOWN, self.kill_grace), "stopping the spare")

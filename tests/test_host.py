@@ -207,8 +207,14 @@ def test_restart_and_relocate_take_effect_when_the_cell_ends(tmp_path, call):
         assert worker_pid(kc) != pid  # the very next cell runs in the new generation
         assert process_gone(pid)
         assert execute(kc, "kept")[0]["content"]["ename"] == "NameError"
-    kinds = [r[0] for r in sqlite3.connect(tmp_path / "log.sqlite3").execute("SELECT kind FROM events")]
+    conn = sqlite3.connect(tmp_path / "log.sqlite3")
+    kinds = [r[0] for r in conn.execute("SELECT kind FROM events")]
     assert ("host_restart" in kinds) or ("host_relocate" in kinds)
+    # What was asked for is what happened, and the log says which: a relocate is no restart.
+    asked, reason = ("host_restart", "restart") if call.startswith("host.restart") else ("host_relocate", "relocated")
+    assert asked in kinds and ({"host_restart", "host_relocate"} - {asked}).isdisjoint(kinds), kinds
+    (ended,) = conn.execute("SELECT end_reason FROM generations WHERE number = 1").fetchone()
+    assert ended.split(":")[0] == reason, ended
 
 
 @ON_BOTH

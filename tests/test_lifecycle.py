@@ -205,10 +205,10 @@ def test_a_config_file_worker_replaces_the_prelaunched_one(tmp_path):
         reply, _ = execute(kc, "misbehave()")  # only the misbehaving worker knows this cell
         assert reply["content"]["ename"] == "WorkerLost"
         assert "exited with status 3" in reply["content"]["evalue"]
-        # The prelaunched worker (`python -m klbr_supervisor.worker PROXY_PID ...`) is gone while
+        # The prelaunched worker (`python -m klbr_supervisor.boot.worker PROXY_PID ...`) is gone while
         # the kernel serves, not only with it: the supervisor ends it before its first generation.
         proxy = str(km.provisioner.process.pid).encode()
-        early = processes(lambda words: b"klbr_supervisor.worker" in words and proxy in words)
+        early = processes(lambda words: b"klbr_supervisor.boot.worker" in words and proxy in words)
         assert not early, early
 
 

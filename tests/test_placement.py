@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from klbr_supervisor.placement import PlacementError, parse
+from klbr_supervisor.boot.placement import PlacementError, parse
+from klbr_supervisor.targets import kind_for
 
 from conftest import (collect, execute, process_gone, results, standby, start_kernel, status_rows, stream_text, until, value,
                       wait_for_stream, worker_pid)
@@ -49,7 +50,8 @@ def test_specs_are_parsed_or_refused_with_the_reason():
     assert parse("kernelspec:python3").target == "python3"
     ssh = parse("ssh://me@gpu-box:2222/opt/venv/bin/../bin/python")
     assert (ssh.kind, ssh.destination, ssh.port, ssh.python) == ("ssh", "me@gpu-box", 2222, "/opt/venv/bin/python")
-    assert ssh.spec == "ssh://me@gpu-box:2222/opt/venv/bin/python" and not ssh.shares_key and not ssh.warm
+    assert ssh.spec == "ssh://me@gpu-box:2222/opt/venv/bin/python"
+    assert not kind_for(ssh).shares_key and not kind_for(ssh).warm  # what the kind declares, not the text
     assert parse("ssh://[::1]/usr/bin/python3").destination == "::1"
     for spec, words in [("python:bin/python", "absolute path"), ("elsewhere", "no placement"),
                         ("kernelspec:", "needs the name"), ("ssh://gpu-box", "absolute path"),

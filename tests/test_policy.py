@@ -1,6 +1,14 @@
-"""The supervisor's policy walked with a fake clock: no kernel, no I/O."""
+"""The supervisor's policy walked with a fake clock: no kernel, no I/O. The interrupt ladder is also
+walked as the supervisor carries it out (`CellWatch`), on an event loop, with a stand-in generation."""
 
+import asyncio
+import logging
+import time
+
+from klbr_supervisor.ladder import CellWatch
 from klbr_supervisor.policy import Policy
+from klbr_supervisor.states import EndReason
+from klbr_supervisor.tasks import Tasks
 
 
 class FakeClock:
@@ -35,9 +43,58 @@ def test_deadline_pauses_while_waiting_for_input():
     assert d.remaining() == 1
 
 
+class StandIn:
+    """What the ladder asks of a generation: its number, whether it is ending, `interrupt` and `stop`."""
+
+    number = 1
+
+    def __init__(self):
+        self.ending = None
+        self.stopped: list[tuple[EndReason, float]] = []
+
+    def mark_busy(self, busy: bool) -> None:
+        pass
+
+    async def interrupt(self) -> None:
+        pass
+
+    async def stop(self, reason: EndReason, grace: float) -> None:
+        self.stopped.append((reason, time.monotonic()))
+        self.ending = reason
+
+
+def _interrupt(grace: float, *, ends_in_time: bool) -> tuple[list, float]:
+    """A running cell interrupted, and ended at once or never: how its generation was stopped, and
+    when the interrupt went out. Returns once the ladder has done all it will do."""
+    generation = StandIn()
+
+    async def walk() -> float:
+        log = logging.getLogger("test-ladder")
+        watch = CellWatch(Policy(interrupt_grace=grace), kill_grace=0.1, log=log, on_finished=lambda cell: None)
+        async with asyncio.TaskGroup() as group:  # ends when the ladder's task has
+            watch.tasks = Tasks(group, log)
+            watch.sent("cell", "while True: pass", generation, None, None)
+            watch.started("cell")
+            interrupted = time.monotonic()
+            watch.interrupted(generation)
+            if ends_in_time:
+                watch.finished("cell")  # its reply came: an interrupted cell that ended
+        return interrupted
+
+    interrupted = asyncio.run(walk())
+    return generation.stopped, interrupted
+
+
 def test_interrupt_ladder_kills_after_the_grace():
     p = Policy(interrupt_grace=3, clock=FakeClock())
     assert p.kill_at(50.0) == 53.0
+    # As carried out: a cell that does not end is killed (WorkerKilled), not before the grace ...
+    stopped, interrupted = _interrupt(0.5, ends_in_time=False)
+    assert [reason for reason, _ in stopped] == [EndReason.KILLED]
+    assert stopped[0][1] - interrupted >= 0.5
+    # ... and one that ends within it keeps its worker and namespace.
+    stopped, _ = _interrupt(0.5, ends_in_time=True)
+    assert stopped == []
 
 
 def test_restart_budget_is_per_window():

@@ -1,6 +1,6 @@
 """`kernelspec:` placements whose provisioner is not jupyter_client's local one.
 
-They run in a helper process per generation (`klbr_supervisor.provisioner_host`), off the kernel's
+They run in a helper process per generation (`klbr_supervisor.targets.provisioner_host`), off the kernel's
 loop. Two real provisioners:
 
 - gateway_provisioners' distributed provisioner in its localhost mode, its kernelspec installed by its
@@ -101,7 +101,7 @@ def _helpers_of(kernel: int) -> list[int]:
                 cmdline = Path(f"/proc/{entry}/cmdline").read_bytes()
             except OSError:
                 continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == kernel and b"klbr_supervisor.provisioner_host" in cmdline:
+            if int(stat.rsplit(")", 1)[1].split()[1]) == kernel and b"klbr_supervisor.targets.provisioner_host" in cmdline:
                 found.append(int(entry))
     return found
 

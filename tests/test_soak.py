@@ -32,8 +32,8 @@ def _soak_holds(tmp_path: Path, cells: int, losses: int, interrupts: int) -> Non
     fds, threads = soak.end.fds - soak.baseline.fds, soak.end.threads - soak.baseline.threads
     rss = soak.end.rss_mib - soak.baseline.rss_mib
     assert fds <= 10 and threads <= 2 and rss <= 50, f"+{fds} fds, +{threads} threads, +{rss:.1f} MiB"
-    reapers = [c for c in soak.descendants if "klbr_supervisor/reaper.py" in c]
-    workers = [c for c in soak.descendants if "ipykernel" in c or "klbr_supervisor.worker" in c]
+    reapers = [c for c in soak.descendants if "klbr_supervisor/boot/reaper.py" in c]
+    workers = [c for c in soak.descendants if "ipykernel" in c or "klbr_supervisor.boot.worker" in c]
     assert len(reapers) == 1 and len(workers) <= 2 and len(soak.descendants) == 1 + len(workers), soak.descendants
 
 

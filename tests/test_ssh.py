@@ -194,7 +194,7 @@ def test_the_early_launch_reads_the_command_line_as_traitlets_does():
     would dial twice (the supervisor discards a launch that differs)."""
     from traitlets.config import Application
 
-    from klbr_supervisor import prelaunch
+    from klbr_supervisor.boot import prelaunch
     from klbr_supervisor.settings import SupervisorSettings
 
     argv = ["--Supervisor.ssh_options=-i", "--Supervisor.ssh_options", "~/.ssh/gpu", "--Supervisor.ssh_options='-v'",

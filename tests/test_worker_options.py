@@ -47,7 +47,7 @@ def test_the_command_line_is_split_as_traitlets_reads_it_and_the_prelaunch_agree
     ``--Class.trait=value``. The first worker, started before the proxy reads anything, starts with
     what the proxy will read, or not at all (it would be discarded)."""
     from klbr_kernel.app import KlbrKernelApp
-    from klbr_supervisor import prelaunch
+    from klbr_supervisor.boot import prelaunch
 
     def read(argv):
         app = KlbrKernelApp()

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
-    from ..reaper import Reaper
+    from ..boot.reaper import Reaper
 
 MAX_TIMEOUT = 3600.0
 MAX_OUTPUT = 4_000_000  # bytes of stdout (and of stderr) one reply carries at the most

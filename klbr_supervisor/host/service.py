@@ -25,16 +25,17 @@ from typing import TYPE_CHECKING
 from traitlets import Int, Unicode
 from traitlets.config import LoggingConfigurable
 
-from ..placement import PlacementError, problem
+from ..boot.placement import PlacementError
 from ..states import EndReason
 from ..store import queries
+from ..targets import problem
 from . import commands
 from .channel import Answer, Credentials, HostChannel
 from .record import AnswerRecord
 
 if TYPE_CHECKING:
     from ..generation import Generation
-    from ..reaper import Reaper
+    from ..boot.reaper import Reaper
     from ..supervisor import Supervisor
 
 MAX_KEY = 256  # characters of a kv key

@@ -3,7 +3,7 @@
 A `preexec_fn` could do it between fork and exec, but Python documents `preexec_fn` as unsafe in a
 process with threads, and the proxy has several (issue I, defect 6). So the child sets it:
 
-- the default worker starts as `python -m klbr_supervisor.worker PARENT_PID ...` (see `worker`),
+- the default worker starts as `python -m klbr_supervisor.boot.worker PARENT_PID ...` (see `worker`),
   which calls `die_with(PARENT_PID)` and then runs ipykernel in the same process: no extra exec;
 - any other kernelspec's command runs behind this file as a script,
   ``python -I -S deathsig.py PARENT_PID COMMAND...``, which calls `die_with` and execs COMMAND

@@ -3,7 +3,7 @@ on its stdin (the agent, then its start message with the generation's fresh key)
 
 Standard library only: `prelaunch` starts the first generation's ssh before the proxy's own
 imports, when the kernel's command line names an ``ssh://`` placement, so the connection and the
-remote kernel's start overlap them; `ssh.SshWorker` starts every other one, and adopts that one.
+remote kernel's start overlap them; `targets.ssh` starts every other one, and adopts that one.
 """
 
 from __future__ import annotations
@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+
+from .groups import end_process
 
 
 with open(os.path.join(os.path.dirname(__file__), "ssh_agent.py")) as _f:
@@ -93,8 +95,6 @@ class Launch:
             except BrokenPipeError:
                 pass  # ssh has ended already: its exit status and stderr say why
         except BaseException:
-            from .prelaunch import end_process
-
             end_process(process)
             raise
         return process

@@ -9,28 +9,25 @@ and keepalives derived from `Supervisor.link_timeout`. It never multiplexes over
 its exit is this generation's.
 
 On the remote, `ssh_agent` (standard library only) is sent over ssh's stdin with the generation's
-fresh key: nothing secret in any argv. `SshWorker` is the generation's handle (see `launched`): the
-agent's ``exited`` is a worker's exit (WorkerLost, a new generation on the same host); ssh ending
-with none reported (255: the connection), or the lease or heartbeat silent, is a lost link.
+fresh key: nothing secret in any argv. `SshTarget` is the generation's target: the agent's
+``exited`` is a worker's exit (WorkerLost, a new generation on the same host); ssh ending with none
+reported (255: the connection), or the lease or heartbeat silent, is a lost link. Generation 1's ssh
+may have been started before the proxy's imports (`boot.prelaunch.EarlySsh`): this target adopts it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
-from collections.abc import Callable
 
-from jupyter_client.session import Session
-
-from . import prelaunch
-from .exits import describe_exit
-from .launched import LaunchError
+from ..boot.placement import Placement, PlacementError
+from ..boot.prelaunch import EarlySsh
+from ..boot.ssh_launch import CHANNELS, LEASE_EVERY, Launch, base_command, remote
+from ..exits import describe_exit
+from .base import LaunchError, OnExit, SshCommand, Target
 from .pipes import LinePipe
 from .process import WorkerProcess
-from .reaper import Reaper
-from .ssh_launch import CHANNELS, LEASE_EVERY, Launch, base_command, remote
 
 # Seconds the agent gets to report its kernel's end after a kill before ssh itself is killed: then
 # stdin's end (a live link) or the lease (a stalled one) ends the kernel, unconfirmed.
@@ -39,7 +36,7 @@ PROBE = ("import importlib.util, sys\n"
          "sys.exit(0 if importlib.util.find_spec('ipykernel_launcher') else 3)\n")
 
 
-async def check(placement, ssh_command: list[str], ssh_options: list[str], timeout: float = 30) -> str | None:
+async def problem(placement, ssh_command: list[str], ssh_options: list[str], timeout: float = 30) -> str | None:
     """Why a generation cannot start there (the host unreachable, no interpreter, no ipykernel), or None."""
     command, first = remote(placement.python, PROBE)
     argv = base_command(placement, ssh_command, ssh_options, 15) + [command]
@@ -76,22 +73,25 @@ async def check(placement, ssh_command: list[str], ssh_options: list[str], timeo
     return f"{placement.python} on {placement.host} cannot run: {said or describe_exit(proc.returncode)}"
 
 
-class SshWorker:
+class SshTarget(Target):
+    starts_early = True  # its ssh, when the kernel's command line names the placement
     remote = True
+    host_channel = None  # no socket of this machine is forwarded for it
+    takes_klbr_options = True  # klbr's own bootstrap starts ipykernel there
+    checked_by_launch = True  # its agent looks for ipykernel first
 
-    def __init__(self, placement, *, session: Session, runtime_dir: str, number: int, reaper: Reaper,
-                 on_exit: Callable[[int | None], None], log: logging.Logger, ssh_command: list[str],
-                 ssh_options: list[str], link_timeout: float, early=None, **_):
-        """`early`: the `prelaunch.EarlySsh` whose ssh this generation adopts instead of starting one."""
-        self._placement = placement
-        self._session = session
+    def __init__(self, placement: Placement, *, early: EarlySsh | None = None, **kwargs):
+        super().__init__(placement, early=early, **kwargs)
+        self.kernel_name = "klbr-ssh"  # no kernelspec: the agent starts ipykernel there
         self._early = early
-        self._launch = Launch(placement, ssh_command, ssh_options, link_timeout,
-                              os.path.join(runtime_dir, f"ssh{number}"), session.key.decode("ascii"),
-                              session.signature_scheme, [])
-        self._reaper = reaper
-        self._on_exit = on_exit
-        self._log = log
+        given = self.given
+        ssh_command, ssh_options = given.ssh
+        self._launch = Launch(placement, ssh_command, ssh_options, given.link_timeout,
+                              os.path.join(given.runtime_dir, f"ssh{given.number}"), self.session.key.decode("ascii"),
+                              self.session.signature_scheme, [])
+        self._reaper = given.reaper
+        self._on_exit: OnExit = lambda status: None
+        self._log = given.log
         self._loop = asyncio.get_running_loop()
         self._ssh: WorkerProcess | None = None
         self._pipe: LinePipe | None = None  # to the agent and back, through ssh's stdin and stdout
@@ -99,15 +99,22 @@ class SshWorker:
         self._renew: asyncio.TimerHandle | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
         self._reported = False
-        self.pid: int | None = None  # no process of this machine: the kernel is the remote's
-        self.confirmed = False  # an end with no exit status is never confirmed: the agent reports one
-        self.lost_how = ""  # why an end came with no exit status
 
-    async def launch(self, extra_arguments: list[str], env: dict[str, str]) -> dict:
+    @classmethod
+    async def check(cls, placement: Placement, ssh: SshCommand) -> None:
+        why = await problem(placement, *ssh)
+        if why is not None:
+            raise PlacementError(f"{placement}: {why}")
+
+    @property
+    def pid(self) -> int | None:
+        return None  # no process of this machine: the kernel is the remote's
+
+    async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict:
+        self._on_exit = on_exit
         if self._early is not None:
-            self._early.adopted()
-            prelaunch.take()
-            self._launch, process = self._early.launch, self._early.process
+            early = self._early.take()  # its lease is renewed from here on
+            self._launch, process = early.launch, early.process
         else:
             self._launch.args = list(extra_arguments)
             try:
@@ -168,10 +175,10 @@ class SshWorker:
                 "signature_scheme": self._launch.signature_scheme,
                 **{f"{name}_port": port for name, port in CHANNELS.items()}})
         elif "failed" in message and not self._started.done():
-            self._started.set_exception(LaunchError(f"on {self._placement.host}: {message['failed']}"))
+            self._started.set_exception(LaunchError(f"on {self.placement.host}: {message['failed']}"))
         elif "exited" in message and not self._started.done():
             self._started.set_exception(LaunchError(
-                f"its kernel on {self._placement.host} {describe_exit(int(message['exited']))} before it served"))
+                f"its kernel on {self.placement.host} {describe_exit(int(message['exited']))} before it served"))
         elif "exited" in message and self._started.exception() is None:
             self._end(int(message["exited"]))
 
@@ -185,10 +192,10 @@ class SshWorker:
         if not self._started.done():
             said = (self._ssh.tail().strip().splitlines() or [""])[-1]
             self._started.set_exception(LaunchError(
-                f"ssh to {self._placement.destination} {describe_exit(returncode)}" + (f": {said}" if said else "")))
+                f"ssh to {self.placement.destination} {describe_exit(returncode)}" + (f": {said}" if said else "")))
             return
         said = (self._ssh.tail().strip().splitlines() or [""])[-1]
-        self.lost_how = (f"ssh to {self._placement.destination} {describe_exit(returncode)}"
+        self.lost_how = (f"ssh to {self.placement.destination} {describe_exit(returncode)}"
                          + (f" ({said})" if said else "") + " and no exit of the kernel was reported")
         self._end(None)
 

@@ -3,7 +3,7 @@
 A provisioner other than jupyter_client's local one may block its loop (gateway_provisioners'
 shutdown waits on a `Popen` for up to 30 s, its SSH path blocks on paramiko) or run the kernel where
 no pidfd reaches. `provisioned.ProvisionedWorker` starts this file as
-``python -m klbr_supervisor.provisioner_host REPORT_FD``, one per generation, and speaks JSON lines:
+``python -m klbr_supervisor.targets.provisioner_host REPORT_FD``, one per generation, and speaks JSON lines:
 
 - in, on stdin: ``{"start": {...}}`` first (kernelspec name, the generation's fresh key, env, the
   connection file's path: never on the command line; the user's worker options, which go after the

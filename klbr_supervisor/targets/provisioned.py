@@ -1,7 +1,9 @@
-"""A worker started by any provisioner but jupyter_client's local one, through a helper process.
+"""A kernelspec whose provisioner is not jupyter_client's local one, run through a helper process.
 
-The provisioner runs in `provisioner_host`, one helper process per generation, so nothing it does
-blocks the kernel's loop. This side is the generation's handle on it (the seam of `launched`):
+For ``kernelspec:NAME``, or ``local`` with `Supervisor.worker_kernel`, when the kernelspec names
+another provisioner (gateway_provisioners' Kubernetes, Docker, YARN, SSH). The provisioner runs in
+`provisioner_host`, one helper process per generation, so nothing it does blocks the kernel's loop.
+This side is the generation's target:
 
 - `launch` sends the start (the fresh key travels on the pipe, never in argv) and returns the
   connection info the provisioner reports, whose key may be one its launcher chose;
@@ -18,20 +20,17 @@ it reports is the reaper's, as every local worker is.
 from __future__ import annotations
 
 import asyncio
-import logging
 import os
 import signal
 import subprocess
 import sys
-from collections.abc import Callable
 
-from jupyter_client.session import Session
-
-from .exits import describe_exit
-from .launched import LaunchError
+from ..boot.placement import Placement
+from ..exits import describe_exit
+from .base import LaunchError, OnExit, SshCommand, Target
+from .kernelspec import KernelspecTarget
 from .pipes import LinePipe
 from .process import WorkerProcess
-from .reaper import Reaper
 
 # Seconds the generation waits for the helper to end its kernel (a kill asked for); after that it
 # lets go: the helper goes on with the kill on its own (bounded by its alarm), and the end is
@@ -39,17 +38,18 @@ from .reaper import Reaper
 LET_GO = 3.0
 
 
-class ProvisionedWorker:
+class ProvisionedTarget(Target):
     remote = True  # its kernel may run where only its sockets reach
+    # Its host channel's credentials go to the provisioner in the environment: they reach a kernel
+    # it runs on this machine (an ipc path), no other.
 
-    def __init__(self, kernel_name: str, *, session: Session, context, runtime_dir: str, number: int,
-                 reaper: Reaper, on_exit: Callable[[int | None], None], log: logging.Logger, **_):
-        self._kernel_name = kernel_name
-        self._session = session
-        self._connection_file = os.path.join(runtime_dir, f"worker-{number}.json")
-        self._reaper = reaper
-        self._on_exit = on_exit
-        self._log = log
+    def __init__(self, placement: Placement, *, worker_kernel: str = "", **kwargs):
+        super().__init__(placement, **kwargs)
+        self.kernel_name = placement.target if placement.kind == "kernelspec" else worker_kernel
+        self._connection_file = os.path.join(self.given.runtime_dir, f"worker-{self.given.number}.json")
+        self._reaper = self.given.reaper
+        self._on_exit: OnExit = lambda status: None
+        self._log = self.given.log
         self._loop = asyncio.get_running_loop()
         self._helper: WorkerProcess | None = None
         self._pipe: LinePipe | None = None  # commands to its stdin, reports from its report pipe
@@ -57,15 +57,23 @@ class ProvisionedWorker:
         self._pgid: int | None = None  # the kernel's local process group, if it has one
         self._kill_timer: asyncio.TimerHandle | None = None
         self._reported = False
-        self.pid: int | None = None  # the kernel's local process, if it has one
-        self.confirmed = False  # the provisioner said it ended the kernel (an end with no status)
-        self.lost_how = ""  # why an end came with no exit status
+        self._pid: int | None = None  # the kernel's local process, if it has one
 
-    async def launch(self, extra_arguments: list[str], env: dict[str, str]) -> dict:
+    @classmethod
+    async def check(cls, placement: Placement, ssh: SshCommand) -> None:
+        if placement.kind == "kernelspec":
+            await KernelspecTarget.check(placement, ssh)
+
+    @property
+    def pid(self) -> int | None:
+        return self._pid
+
+    async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict:
+        self._on_exit = on_exit
         reports, write_end = os.pipe()
         try:
             process = subprocess.Popen(
-                [sys.executable, "-m", "klbr_supervisor.provisioner_host", str(write_end)],
+                [sys.executable, "-m", "klbr_supervisor.targets.provisioner_host", str(write_end)],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                 pass_fds=(write_end,), start_new_session=True)
         except OSError as e:
@@ -76,9 +84,9 @@ class ProvisionedWorker:
         self._pipe = LinePipe(reports, os.dup(process.stdin.fileno()), self._report)
         process.stdin.close()
         self._helper = WorkerProcess(process, None, self._reaper, self._helper_exited)
-        self._send(start={"kernel_name": self._kernel_name, "key": self._session.key.decode("ascii"),
-                          "signature_scheme": self._session.signature_scheme, "env": env,
-                          "username": self._session.username, "connection_file": self._connection_file,
+        self._send(start={"kernel_name": self.kernel_name, "key": self.session.key.decode("ascii"),
+                          "signature_scheme": self.session.signature_scheme, "env": env,
+                          "username": self.session.username, "connection_file": self._connection_file,
                           "extra_arguments": list(extra_arguments)})
         return await asyncio.shield(self._started)
 
@@ -126,7 +134,7 @@ class ProvisionedWorker:
 
     def _report(self, message: dict) -> None:
         if "started" in message and not self._started.done():
-            self.pid = message.get("pid")
+            self._pid = message.get("pid")
             self._pgid = message.get("pgid")
             if self._pgid:
                 self._reaper.watch(self._pgid)
@@ -158,7 +166,7 @@ class ProvisionedWorker:
     def _let_go(self) -> None:
         self._kill_timer = None
         self._log.warning("the provisioner helper of %s did not end its kernel within %.0f s: let go (it goes "
-                          "on with the kill on its own)", self._kernel_name, LET_GO)
+                          "on with the kill on its own)", self.kernel_name, LET_GO)
         if self._pgid is not None:
             _killpg(self._pgid)
         if self._pipe is not None:

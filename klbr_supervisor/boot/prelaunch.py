@@ -1,15 +1,18 @@
-"""Starting the default worker before the proxy's own imports, and adopting it afterwards.
+"""Starting the default worker before the proxy's own imports, and handing it over afterwards.
 
 Importing jupyter_client alone costs 120–300 ms here; the worker (ipykernel) takes longer still to
 start. `start` runs first thing in `python -m klbr_kernel`, with the standard library only: it writes
 the first generation's connection file and spawns ipykernel on this interpreter, so worker and
-proxy start in parallel. The supervisor then adopts that process through jupyter_client (handing its
-kernel manager a `launch.PrelaunchedProvisioner`), so the generation is managed like any other. A
-configuration that asks for another worker discards it.
+proxy start in parallel. What it started (`Prelaunched`) is handed down, app -> proxy -> supervisor
+-> generation 1's target, which adopts the process through jupyter_client
+(`targets.local.PrelaunchedProvisioner`), so the generation is managed like any other. A
+configuration that asks for another worker discards it; so does the exit of a kernel that never got
+that far.
 
 With ``--Supervisor.placement=ssh://…`` on the command line (a kernelspec for a remote machine), it
 starts that generation's ssh instead (`EarlySsh`, see `ssh_launch`): connecting, and the remote
-kernel's own start, overlap the proxy's imports as a local worker's start does.
+kernel's own start, overlap the proxy's imports as a local worker's start does; `targets.ssh`
+adopts it.
 """
 
 from __future__ import annotations
@@ -17,9 +20,10 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import signal
 import subprocess
 import sys
+
+from .groups import end_process
 
 # Imports here are the few the spawn needs (no dataclasses, tempfile, uuid, ctypes): each ms before
 # the spawn is a ms on the first cell.
@@ -37,7 +41,7 @@ NO_IPYTHON_HISTORY = ("--HistoryManager.enabled=False",)
 KLBR_SECTIONS = frozenset({
     "KlbrKernelApp", "JupyterApp", "Application", "SingletonConfigurable", "LoggingConfigurable",
     "Configurable", "HasTraits", "HasDescriptors", "Supervisor", "SupervisorSettings", "Store",
-    "HostService", "Session"})
+    "HostService", "Session", "Succession"})
 KLBR_NAMES = frozenset({"debug", "show-config", "show-config-json", "generate-config", "y", "log-level",
                         "config", "f"})
 
@@ -87,20 +91,8 @@ def host_environ(runtime_dir: str) -> dict[str, str]:
 
 def worker_command(connection_file: str, *args: str) -> list[str]:
     """The default worker: ipykernel on this interpreter, armed to die with this process (see
-    `klbr_supervisor.worker`)."""
-    return [sys.executable, "-m", "klbr_supervisor.worker", str(os.getpid()), "-f", connection_file, *args]
-
-
-def end_process(process: subprocess.Popen) -> None:
-    """Kill a process started in a session of its own, with its group; reap it, close its pipes."""
-    try:
-        os.killpg(process.pid, signal.SIGKILL)
-    except OSError:
-        pass
-    process.wait()
-    for pipe in (process.stdin, process.stdout, process.stderr):
-        if pipe:
-            pipe.close()
+    `klbr_supervisor.boot.worker`)."""
+    return [sys.executable, "-m", "klbr_supervisor.boot.worker", str(os.getpid()), "-f", connection_file, *args]
 
 
 def _end(process: subprocess.Popen | None, runtime_dir: str) -> None:
@@ -115,44 +107,68 @@ def _end(process: subprocess.Popen | None, runtime_dir: str) -> None:
         pass  # gone already (the supervisor removes its runtime directory as it ends)
 
 
-class Prelaunched:
-    def __init__(self, process: subprocess.Popen, runtime_dir: str, connection_file: str, session_id: str,
-                 host: dict[str, str], args: list[str]):
+class Early:
+    """What `start` started, until it is handed over: `take` (once, by the target that adopts it),
+    or `discard` (once, by whoever finds it is not what is configured, or at exit)."""
+
+    host: dict[str, str] | None = None  # its host channel's endpoint, token and key, if it has one
+
+    def __init__(self, process: subprocess.Popen, runtime_dir: str, session_id: str):
         self.process = process
-        self.args = args  # ipykernel's, after its connection file
         self.runtime_dir = runtime_dir
-        self.connection_file = connection_file
-        self.session_id = session_id
-        self.host = host  # its host channel's endpoint, token and key (see `klbr_supervisor.host`)
+        self.session_id = session_id  # the proxy's from now on (see `klbr_kernel.early`)
+        self._held = True  # not yet taken or discarded
 
     def matches(self, settings, session_id: str) -> bool:
-        """Whether the configuration (config files included) asks for this very worker: the
-        default one, with the session id the proxy speaks as and the options it read for workers."""
+        """Whether the configuration (config files included) asks for this very start."""
+        raise NotImplementedError
+
+    def take(self) -> Early:
+        """Handed over to the generation that adopts it: from now on it is that generation's, and
+        `discard` leaves it alone."""
+        if not self._held:
+            raise RuntimeError("what was started early is taken or discarded already")
+        self._held = False
+        return self
+
+    def discard(self) -> None:
+        """Not wanted after all (another worker is configured, or the kernel will not start): end
+        it, leave nothing. Nothing, once it was taken."""
+        if self._held:
+            self._held = False
+            _end(self.process, self.runtime_dir)
+
+
+class Prelaunched(Early):
+    """The default worker, ipykernel on this interpreter (`targets.local` adopts it)."""
+
+    def __init__(self, process: subprocess.Popen, runtime_dir: str, connection_file: str, session_id: str,
+                 host: dict[str, str], args: list[str]):
+        super().__init__(process, runtime_dir, session_id)
+        self.args = args  # ipykernel's, after its connection file
+        self.connection_file = connection_file
+        self.host = host
+
+    def matches(self, settings, session_id: str) -> bool:
+        """The default worker, with the session id the proxy speaks as and the options it read for
+        workers."""
         return (not (settings.worker_kernel or settings.where.kind != "local" or settings.ipython_history)
                 and self.session_id == session_id
                 and self.args == [f"--Session.session={session_id}", *settings.worker_args, *settings.worker_options])
 
-    def discard(self) -> None:
-        """Not wanted after all (the configuration asks for another worker): end it, leave nothing."""
-        _end(self.process, self.runtime_dir)
 
-
-class EarlySsh:
+class EarlySsh(Early):
     """The first generation's ssh (``--Supervisor.placement=ssh://…`` on the command line), started
-    with its agent and fresh key before the proxy's imports; `ssh.SshWorker` adopts it."""
-
-    host = None  # no host channel on ssh://
+    with its agent and fresh key before the proxy's imports (`targets.ssh` adopts it)."""
 
     def __init__(self, launch, process: subprocess.Popen, runtime_dir: str, session_id: str):
         import threading  # only here: the local prelaunch waits for no import
 
+        super().__init__(process, runtime_dir, session_id)  # its kernel is started with the proxy's
         self.launch = launch  # `ssh_launch.Launch`: what it was started with
-        self.process = process
-        self.runtime_dir = runtime_dir
-        self.session_id = session_id  # the proxy's, which its kernel is started with
-        # Its lease is renewed from here until the generation adopts it (`adopted`), as the
-        # generation renews it after: a link that stalls meanwhile ends the remote kernel in
-        # `link_timeout`, as always. Writes never block: a stalled ssh takes none.
+        # Its lease is renewed from here until the generation takes it, as the generation renews
+        # it after: a link that stalls meanwhile ends the remote kernel in `link_timeout`, as
+        # always. Writes never block: a stalled ssh takes none.
         self._fd = process.stdin.fileno()
         os.set_blocking(self._fd, False)
         self._stop = threading.Event()
@@ -170,27 +186,27 @@ class EarlySsh:
             except OSError:
                 return  # ssh has ended: its exit says why
 
-    def adopted(self) -> None:
-        """Its generation takes its pipes over: renewals are the generation's from now on."""
+    def _stop_renewing(self) -> None:
         self._stop.set()
         self._renewing.join()
 
     def matches(self, settings, session_id: str) -> bool:
-        """Whether the configuration (config files included) asks for this very launch."""
         launch = self.launch
         return (launch.placement == settings.where and (launch.ssh_command, launch.ssh_options) == settings.ssh
                 and launch.link_timeout == settings.link_timeout
                 and launch.args == [f"--Session.session={session_id}", *settings.worker_args,
                                     *settings.worker_options])
 
+    def take(self) -> EarlySsh:
+        """Its generation takes its pipes over: renewals are the generation's from now on."""
+        taken = super().take()
+        self._stop_renewing()
+        return taken
+
     def discard(self) -> None:
-        """Another first worker is configured, or none will be: ssh goes, and with its stdin the
-        remote kernel."""
-        self.adopted()
-        _end(self.process, self.runtime_dir)
-
-
-_started: Prelaunched | None = None
+        """ssh goes, and with its stdin the remote kernel."""
+        self._stop_renewing()
+        super().discard()
 
 
 def _private_dir() -> str:
@@ -266,36 +282,37 @@ def values(argv: list[str], name: str) -> list[str]:
     return [v[1:-1] if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"" else v for v in found]
 
 
-def start(argv: list[str]) -> None:
+def start(argv: list[str]) -> Early | None:
     """Called first by `python -m klbr_kernel -f FILE`: spawn generation 1 if it will be the default,
-    or its ssh if the command line names an ssh:// placement."""
-    global _started
+    or its ssh if the command line names an ssh:// placement; what was started, for the app to hand
+    down (None: nothing was, and the supervisor starts generation 1 itself)."""
     path = connection_file_arg(argv)
     spec = (values(argv, "Supervisor.placement") or [""])[-1]
     other = [opt for opt in _OTHER_WORKER if not (opt == "Supervisor.placement" and spec.startswith("ssh://"))]
     if path is None or any(opt in arg for arg in argv for opt in other) or os.environ.get("KLBR_NO_PRELAUNCH"):
-        return
+        return None
     options = worker_options(argv)
     if options is None:
-        return  # options for the worker that only the proxy reads: it starts the first one itself
+        return None  # options for the worker that only the proxy reads: it starts the first one itself
     try:
         with open(path) as f:
             info = json.load(f)
     except (OSError, ValueError):
-        return  # the app reports a bad connection file properly
+        return None  # the app reports a bad connection file properly
     if connection_problem(info):
-        return  # the app refuses to start, and says why
+        return None  # the app refuses to start, and says why
     try:
         runtime = _private_dir()
     except OSError:
-        return  # no usable temp dir here: the supervisor starts the worker itself (tempfile looks further)
-    atexit.register(discard)
+        return None  # no usable temp dir here: the supervisor starts the worker itself (tempfile looks further)
     # The proxy's session id from now on (see `early`), so its worker's headers need no rewrite.
     session_id = new_id()
     args = [f"--Session.session={session_id}", *history_args(options), *options]  # after -f FILE
     if spec:
-        _started = _start_ssh(argv, info, runtime, session_id, args)
-        return
+        early = _start_ssh(argv, info, runtime, session_id, args)
+        if early is not None:
+            atexit.register(early.discard)  # for a kernel that never gets as far as adopting it
+        return early
     worker = {
         "transport": "ipc", "ip": os.path.join(runtime, "gen1"),
         "shell_port": 1, "iopub_port": 2, "stdin_port": 3, "control_port": 4, "hb_port": 5,
@@ -308,7 +325,9 @@ def start(argv: list[str]) -> None:
     host = host_environ(runtime)
     process = subprocess.Popen(worker_command(conn, *args), stderr=subprocess.PIPE, start_new_session=True,
                                env={**os.environ, **host})
-    _started = Prelaunched(process, runtime, conn, session_id, host, args)
+    early = Prelaunched(process, runtime, conn, session_id, host, args)
+    atexit.register(early.discard)  # for a kernel that never gets as far as adopting it
+    return early
 
 
 def _start_ssh(argv: list[str], info: dict, runtime: str, session_id: str, args: list[str]) -> EarlySsh | None:
@@ -331,27 +350,3 @@ def _start_ssh(argv: list[str], info: dict, runtime: str, session_id: str, args:
         _end(None, runtime)
         return None  # the supervisor starts it, and says what is wrong
     return EarlySsh(launch, process, runtime, session_id)
-
-
-def discard() -> None:
-    """The first worker (or ssh) is not wanted after all: the configuration asks for another, or
-    the kernel refuses to start. Also at exit, for one no generation took because the kernel never
-    got that far (a config file it could not load, a port taken)."""
-    global _started
-    taken, _started = _started, None
-    if taken is not None:
-        taken.discard()
-
-
-def current() -> Prelaunched | EarlySsh | None:
-    """The prelaunched worker, until a generation adopts it."""
-    return _started
-
-
-def take() -> Prelaunched | EarlySsh:
-    """Hand the prelaunched worker (or ssh) over, once, to the generation that adopts it."""
-    global _started
-    if _started is None:
-        raise RuntimeError("no prelaunched worker to adopt")
-    taken, _started = _started, None
-    return taken

@@ -1,4 +1,4 @@
-"""`python -m klbr_supervisor.worker PARENT_PID ARGS...`: the default workbench, ipykernel, as klbr starts it.
+"""`python -m klbr_supervisor.boot.worker PARENT_PID ARGS...`: the default workbench, ipykernel, as klbr starts it.
 
 The same as ``python -m ipykernel_launcher ARGS...``, with the death signal armed first, in this
 process (see `deathsig`), and an iopub that does not drop (see `BOOTSTRAP`). Standard library,

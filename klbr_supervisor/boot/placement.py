@@ -1,0 +1,99 @@
+"""Where a generation runs, as text: the placement specs, parsed. No I/O: each target checks itself.
+
+A spec is text, as `Supervisor.placement`, `%klbr placement SPEC` and `host.relocate(spec)` take it:
+
+- ``local``: ipykernel on the proxy's own interpreter, or `Supervisor.worker_kernel`'s kernelspec;
+- ``python:/abs/path/to/python``: ipykernel on another interpreter or venv of this machine;
+- ``kernelspec:NAME``: any installed kernelspec, and with it any jupyter_client provisioner;
+- ``ssh://[user@]host[:port]/abs/path/to/python``: ipykernel on a machine reached by ssh.
+
+What each means for a launch (its key, a warm spare, how it is checked) is its target's, in
+`klbr_supervisor.targets`. Standard library only: `prelaunch` parses an ``ssh://`` spec before the
+proxy's own imports, to start that generation's ssh early.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+KINDS = ("local", "python", "kernelspec", "ssh")
+# What an ssh:// spec may hold: its parts go to ssh's command line and the remote shell as words.
+_HOST = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*|\[[0-9A-Fa-f:.]+\]")
+_USER = re.compile(r"[A-Za-z0-9_][A-Za-z0-9._-]*")
+_REMOTE_PATH = re.compile(r"/[A-Za-z0-9._/+-]*")
+
+
+class PlacementError(ValueError):
+    """A spec that names no place a generation can run; the text says exactly what is wrong."""
+
+
+@dataclass(frozen=True)
+class Placement:
+    spec: str  # as the user wrote it, normalised
+    kind: str  # one of KINDS, or "invalid": a spec that names no placement, kept to fail each start
+    target: str = ""  # the interpreter's path, or the kernelspec's name
+    host: str = ""  # ssh:// only: where, as whom, on which port
+    user: str = ""
+    port: int | None = None
+
+    @property
+    def python(self) -> str:
+        """The interpreter of a ``python:`` or ``ssh://`` placement."""
+        return self.target
+
+    @property
+    def destination(self) -> str:
+        """ssh's destination argument: ``[user@]host``."""
+        return f"{self.user}@{self.host.strip('[]')}" if self.user else self.host.strip("[]")
+
+    def __str__(self) -> str:
+        return self.spec
+
+
+LOCAL = Placement("local", "local")
+
+
+def parse(spec: str) -> Placement:
+    """The `Placement` a spec names; `PlacementError` for one that is malformed."""
+    spec = (spec or "").strip()
+    if spec == "local":
+        return LOCAL
+    if spec.startswith("ssh://"):
+        return _parse_ssh(spec)
+    kind, sep, target = spec.partition(":")
+    if not sep or kind not in ("python", "kernelspec"):
+        raise PlacementError(f"{spec!r} is no placement; use local, python:/abs/path/to/python, "
+                             "kernelspec:NAME or ssh://[user@]host[:port]/abs/path/to/python")
+    if kind == "python":
+        if not os.path.isabs(target):
+            raise PlacementError(f"{spec!r}: the interpreter must be an absolute path, as in python:/usr/bin/python3")
+        return Placement(f"python:{os.path.normpath(target)}", "python", os.path.normpath(target))
+    if not target or any(c.isspace() or c == "/" for c in target):
+        raise PlacementError(f"{spec!r}: kernelspec:NAME needs the name of an installed kernelspec")
+    return Placement(spec, "kernelspec", target)
+
+
+def _parse_ssh(spec: str) -> Placement:
+    netloc, slash, path = spec[len("ssh://"):].partition("/")
+    if not slash or not path:
+        raise PlacementError(f"{spec!r}: ssh:// needs the interpreter's absolute path after the host, as in "
+                             "ssh://gpu-box/usr/bin/python3")
+    python = os.path.normpath("/" + path)
+    user, _, hostport = netloc.rpartition("@")
+    if hostport.startswith("["):
+        host, _, rest = hostport.partition("]")
+        host, port = host + "]", rest[1:] if rest.startswith(":") else rest
+    else:
+        host, _, port = hostport.partition(":")
+    if not _HOST.fullmatch(host):
+        raise PlacementError(f"{spec!r}: {host!r} is not a host name ssh can be given")
+    if user and not _USER.fullmatch(user):
+        raise PlacementError(f"{spec!r}: {user!r} is not a user name ssh can be given")
+    if port and not (port.isdigit() and 0 < int(port) < 65536):
+        raise PlacementError(f"{spec!r}: {port!r} is not a port")
+    if not _REMOTE_PATH.fullmatch(python):
+        raise PlacementError(f"{spec!r}: the interpreter's path may hold only letters, digits and . _ / + -")
+    normal = f"ssh://{user + '@' if user else ''}{host}{':' + port if port else ''}{python}"
+    return Placement(normal, "ssh", python, host=host, user=user, port=int(port) if port else None)

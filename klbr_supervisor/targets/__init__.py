@@ -1,0 +1,3 @@
+"""Where generations run: the placement kinds (the `base` class declares the seam), one module each, and the `factory`."""
+from .base import Given, LaunchError, Target  # noqa: F401
+from .factory import check, kind_for, problem, target_for  # noqa: F401

@@ -1,0 +1,161 @@
+"""A target: where one generation's worker runs, and the one seam between it and its generation.
+
+Every placement kind is a subclass in a module of its own (`local`, `python`, `kernelspec`,
+`provisioned`, `ssh`); `factory` picks the kind a parsed spec names. A `Generation` holds one
+instance and uses nothing of it but what this class declares, so "how does X start" is this file,
+then X's module.
+
+The lifecycle (abstract: each kind serves it): `launch` (the connection info, or a `LaunchError`
+saying why not), `interrupt`, `signal` (SIGTERM asks the worker to end, SIGKILL ends it), `keep` and
+`tail` (its stderr's last lines), `release` and `close` once it has ended, `pid`, and one end
+reported once, through the `on_exit` given to `launch`: an exit status, or None when no exit could
+be seen (its helper or its ssh ended first; `confirmed` and `lost_how` then say what is known, and
+the generation calls that a lost link).
+
+What a kind declares, read by the generation and the supervisor (never the spec's text):
+
+- `shares_key`: its worker runs here under this user and gets the frontend's key and the proxy's
+  session, so its frames are relayed untouched; any other gets a fresh key per generation, is
+  re-signed both ways (`resign`) and has its link watched (`link`);
+- `warm`: a warm spare is kept by default (`Supervisor.standby` unset); elsewhere a spare costs a
+  pod or a remote process;
+- `starts_early`: generation 1 can be started before the proxy's imports (`boot.prelaunch`), and
+  this kind adopts what was started (the `early` it is given);
+- `asks_identity`: where and what it runs is asked of the worker itself, which may run elsewhere,
+  instead of read from /proc here;
+- `remote`: its process may not be ours to see exit;
+- `host_channel`: how the host channel (`klbr_supervisor.host`) reaches its worker: "environ", its
+  endpoint and credentials in the worker's environment (an ipc path, which reaches it on this
+  machine), or None: not at all;
+- `takes_klbr_options`: its worker is an ipykernel klbr starts, which gets the proxy's session id and
+  klbr's own options before the user's (any other gets the user's only, after its own argv);
+- `check`: whether a generation can start there at all, asked before a session moves there;
+  `checked_by_launch`: its launch says the same itself, so the first start does not check apart.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from abc import ABC, abstractmethod
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, ClassVar
+
+from jupyter_client.session import Session
+
+from ..boot.placement import Placement
+
+if TYPE_CHECKING:
+    import zmq
+
+    from ..boot.prelaunch import Early
+    from ..boot.reaper import Reaper
+
+OnExit = Callable[[int | None], None]
+SshCommand = tuple[list[str], list[str]]  # ssh's words and the options added to them
+# What a worker that does not share the frontend's key is given of the kernel's environment (its
+# kernelspec's `env` comes on top): what code needs to find its tools, libraries, GPUs and
+# network, not the kernel's secrets (a provisioner may forward what it gets to another host).
+MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC_CTYPE", "TZ", "TMPDIR",
+               "JUPYTER_PATH", "JUPYTER_CONFIG_DIR", "JUPYTER_DATA_DIR", "JUPYTER_RUNTIME_DIR", "VIRTUAL_ENV",
+               "CONDA_PREFIX", "PYTHONPATH", "LD_LIBRARY_PATH", "CUDA_VISIBLE_DEVICES", "SSL_CERT_FILE",
+               "SSL_CERT_DIR", "REQUESTS_CA_BUNDLE", "http_proxy", "https_proxy", "no_proxy", "HTTP_PROXY",
+               "HTTPS_PROXY", "NO_PROXY")
+
+
+class LaunchError(Exception):
+    """The worker could not be launched; the text says why."""
+
+
+@dataclass(frozen=True)
+class Given:
+    """What the supervisor gives the target of each generation."""
+
+    number: int  # the generation's
+    runtime_dir: str  # the kernel's own 0700 directory: connection files, ipc sockets
+    reaper: Reaper  # watches every local process group, in case the kernel dies
+    context: zmq.Context  # the supervisor's; a target shadows it, with no ZMQ threads of its own
+    log: logging.Logger
+    ssh: SshCommand = (["ssh"], [])
+    link_timeout: float = 15.0
+
+
+class Target(ABC):
+    shares_key: ClassVar[bool] = False
+    warm: ClassVar[bool] = False
+    starts_early: ClassVar[bool] = False
+    asks_identity: ClassVar[bool] = True
+    remote: ClassVar[bool] = False
+    host_channel: ClassVar[str | None] = "environ"
+    takes_klbr_options: ClassVar[bool] = False
+    checked_by_launch: ClassVar[bool] = False
+
+    def __init__(self, placement: Placement, *, session: Session, given: Given, worker_kernel: str = "",
+                 early: Early | None = None):
+        """Created by the supervisor for one generation (see `factory.target_for`); `session` is the
+        proxy's (its key, scheme and session id), `early` what `boot.prelaunch` started for it."""
+        if early is not None and not self.starts_early:
+            raise ValueError(f"{type(self).__name__} cannot adopt a worker started early")
+        self.placement = placement
+        self.kernel_name = ""  # the kernelspec it launches (klbr's own names for its built-in ones)
+        self.session = session if self.shares_key else Session(
+            key=os.urandom(32).hex().encode("ascii"), signature_scheme=session.signature_scheme,
+            username=session.username)
+        self.given = given
+        self.confirmed = False  # an end with no exit status: whether its kill was confirmed
+        self.lost_how = ""  # an end with no exit status: how it came
+
+    @classmethod
+    async def check(cls, placement: Placement, ssh: SshCommand) -> None:
+        """Raise `PlacementError` saying what is missing there (the interpreter, ipykernel, the
+        kernelspec, the host); `relocate` asks it before the current generation ends for it."""
+
+    def environ(self) -> dict[str, str]:
+        """Its worker's environment, before the host channel's credentials."""
+        return {name: os.environ[name] for name in MINIMAL_ENV if name in os.environ}
+
+    def environment(self, host: dict[str, str]) -> dict[str, str]:
+        """What its worker is started with: `environ`, and the host channel's credentials `host`
+        when they reach it (never in argv: they, and its key, are secrets)."""
+        return {**self.environ(), **host} if self.host_channel == "environ" else self.environ()
+
+    def arguments(self, session_id: str, klbr_options: tuple[str, ...], options: tuple[str, ...]) -> list[str]:
+        """Its worker's words after its own command line: the proxy's session id and klbr's own
+        options when it takes them, then the user's `options` (on every kind)."""
+        own = [f"--Session.session={session_id}", *klbr_options] if self.takes_klbr_options else []
+        return [*own, *options]
+
+    @abstractmethod
+    async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict:
+        """Start the worker with `extra_arguments` after its own command line; its connection info.
+        From then on its end is reported once, to `on_exit`. Raises `LaunchError`."""
+
+    @property
+    @abstractmethod
+    def pid(self) -> int | None:
+        """Its worker's process here, if it has one."""
+
+    @abstractmethod
+    async def interrupt(self) -> None:
+        """Interrupt what the worker runs (as its kernelspec says: SIGINT, or a control message)."""
+
+    @abstractmethod
+    def signal(self, sig: int) -> None:
+        """SIGTERM asks the worker to end, SIGKILL ends it; nothing before it is launched."""
+
+    @abstractmethod
+    def keep(self, data: bytes) -> None:
+        """Add to its stderr tail (what the worker published about no request)."""
+
+    @abstractmethod
+    def tail(self) -> str:
+        """The last lines of its stderr."""
+
+    @abstractmethod
+    async def release(self) -> None:
+        """Its end has been reported: what it leaves here (files, a manager's sockets) goes."""
+
+    @abstractmethod
+    def close(self) -> None:
+        """Its generation has ended: whatever it started goes too."""

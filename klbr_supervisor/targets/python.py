@@ -1,0 +1,72 @@
+"""``python:/abs/path/to/python``: ipykernel on another interpreter or venv of this machine.
+
+The same worker as klbr's own (`boot.worker.BOOTSTRAP`, as ``python -c``: no klbr needed there),
+behind `boot.deathsig`. Before a session moves there the interpreter itself is asked whether it has
+ipykernel.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+from jupyter_client.kernelspec import KernelSpec
+
+from ..boot.placement import Placement, PlacementError
+from ..boot.worker import BOOTSTRAP
+from .base import SshCommand
+from .managed import ManagedTarget
+
+# A `python:PATH` placement's kernelspec name: PYTHON_AT + PATH.
+PYTHON_AT = "klbr-python:"
+PROBE = ("import importlib.util, sys\n"
+         "sys.exit(0 if importlib.util.find_spec('ipykernel_launcher') else 3)\n")
+
+
+class PythonTarget(ManagedTarget):
+    shares_key = True  # this machine, this user
+    warm = True
+    asks_identity = False
+    takes_klbr_options = True
+
+    def __init__(self, placement: Placement, **kwargs):
+        super().__init__(placement, **kwargs)
+        self.kernel_name = PYTHON_AT + placement.python
+
+    def environ(self) -> dict[str, str]:
+        return dict(os.environ)
+
+    def own_spec(self) -> KernelSpec:
+        python = self.placement.python
+        return KernelSpec(
+            argv=[python, "-c", BOOTSTRAP, "-f", "{connection_file}"],  # ipykernel, iopub lossless
+            display_name=f"Python ({python})", language="python", interrupt_mode="signal", resource_dir="",
+            metadata={"debugger": True})
+
+    @classmethod
+    async def check(cls, placement: Placement, ssh: SshCommand) -> None:
+        """The interpreter exists, runs, and has ipykernel (asked of it: `find_spec`, nothing run)."""
+        path = placement.python
+        if not os.path.exists(path):
+            raise PlacementError(f"{placement}: {path} does not exist")
+        if os.path.isdir(path) or not os.access(path, os.X_OK):
+            raise PlacementError(f"{placement}: {path} is not an executable interpreter")
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                path, "-c", PROBE, stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
+        except OSError as e:
+            raise PlacementError(f"{placement}: {path} cannot be run: {e.strerror or e}") from None
+        try:
+            async with asyncio.timeout(30):
+                _, err = await proc.communicate()
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise PlacementError(f"{placement}: {path} did not answer within 30 s") from None
+        if proc.returncode == 3:
+            raise PlacementError(f"{placement}: {path} has no ipykernel; install it there "
+                                 f"({path} -m pip install ipykernel)")
+        if proc.returncode != 0:
+            tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
+            raise PlacementError(f"{placement}: {path} is not a Python interpreter that klbr can use: {tail[0]}")

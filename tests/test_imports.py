@@ -1,0 +1,165 @@
+"""The project's modules import one another in one direction, read from their source with `ast`.
+
+Every import counts, also one inside a function: deferring an import hides a cycle from the
+interpreter, it does not remove it (a newcomer still cannot read one module without the other).
+What sits under ``if TYPE_CHECKING:`` is a type's back-reference, never run, and does not count.
+Importing ``a.b`` also runs the package ``a``'s ``__init__``; that is not an edge here, so a package
+may re-export its own modules.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("klbr_kernel", "klbr_supervisor")
+
+
+def project_modules() -> dict[str, Path]:
+    """Every module of the project's packages, by its dotted name (a package by its own name)."""
+    found = {}
+    for package in PACKAGES:
+        for path in sorted((ROOT / package).rglob("*.py")):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            found[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    return found
+
+
+def _type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
+
+
+def imported(name: str, path: Path, known: dict[str, Path]) -> set[str]:
+    """The project's modules that module `name` (its source at `path`) imports, anywhere in it."""
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    targets: set[str] = set()
+
+    def ours(dotted: str) -> str | None:
+        """The module `dotted` names, or the longest known package it is in (None: not ours)."""
+        while dotted and dotted not in known:
+            dotted = dotted.rpartition(".")[0]
+        return dotted or None
+
+    def visit(node: ast.AST) -> None:
+        if isinstance(node, ast.If) and _type_checking(node.test):
+            for child in node.orelse:
+                visit(child)
+            return
+        if isinstance(node, ast.Import):
+            targets.update(filter(None, (ours(alias.name) for alias in node.names)))
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - node.level + 1]
+                source = ".".join(base + ([node.module] if node.module else []))
+            else:
+                source = node.module or ""
+            for alias in node.names:
+                # `from pkg import mod` imports the module pkg.mod; `from mod import name` imports mod
+                target = ours(f"{source}.{alias.name}") if f"{source}.{alias.name}" in known else ours(source)
+                if target:
+                    targets.add(target)
+        for child in ast.iter_child_nodes(node):
+            visit(child)
+
+    visit(ast.parse(path.read_text(), str(path)))
+    targets.discard(name)
+    return targets
+
+
+def import_graph() -> dict[str, set[str]]:
+    known = project_modules()
+    return {name: imported(name, path, known) for name, path in known.items()}
+
+
+def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
+    """One cycle of `graph` as the modules along it (the first repeated at the end), or None."""
+    done: set[str] = set()
+    path: list[str] = []
+    on_path: set[str] = set()
+
+    def walk(name: str) -> list[str] | None:
+        path.append(name)
+        on_path.add(name)
+        for target in sorted(graph.get(name, ())):
+            if target in on_path:
+                return path[path.index(target):] + [target]
+            if target not in done:
+                cycle = walk(target)
+                if cycle:
+                    return cycle
+        path.pop()
+        on_path.discard(name)
+        done.add(name)
+        return None
+
+    for name in sorted(graph):
+        if name not in done:
+            cycle = walk(name)
+            if cycle:
+                return cycle
+    return None
+
+
+def tangles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import one another in a circle (strongly connected, 2 or more)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    found = []
+
+    def connect(name: str) -> None:  # Tarjan's algorithm
+        index[name] = low[name] = len(index)
+        stack.append(name)
+        for target in graph.get(name, ()):
+            if target not in index:
+                connect(target)
+                low[name] = min(low[name], low[target])
+            elif target in stack:
+                low[name] = min(low[name], index[target])
+        if low[name] == index[name]:
+            group = []
+            while not group or group[-1] != name:
+                group.append(stack.pop())
+            if len(group) > 1:
+                found.append(sorted(group))
+
+    for name in sorted(graph):
+        if name not in index:
+            connect(name)
+    return sorted(found)
+
+
+def test_the_check_sees_imports_inside_functions_and_skips_type_checking_ones(tmp_path):
+    """The check itself, on a package made for it: a cycle closed by an import inside a function
+    is found; one closed only under TYPE_CHECKING is not."""
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "a.py").write_text("from . import b\n")
+    (package / "b.py").write_text("def later():\n    from .a import thing\n")
+    (package / "c.py").write_text("from typing import TYPE_CHECKING\nfrom .a import x\n"
+                                  "if TYPE_CHECKING:\n    from .d import y\n")
+    (package / "d.py").write_text("from .c import z\n")
+    known = {f"pkg.{p.stem}" if p.stem != "__init__" else "pkg": p for p in package.glob("*.py")}
+    graph = {name: imported(name, path, known) for name, path in known.items()}
+    assert graph["pkg.b"] == {"pkg.a"} and graph["pkg.c"] == {"pkg.a"}
+    assert find_cycle(graph) == ["pkg.a", "pkg.b", "pkg.a"] and tangles(graph) == [["pkg.a", "pkg.b"]]
+    del graph["pkg.b"]
+    assert find_cycle(graph) is None
+
+
+def test_no_import_cycle_among_the_projects_modules():
+    graph = import_graph()
+    cycle = find_cycle(graph)
+    assert cycle is None, ("an import cycle: " + " -> ".join(cycle) + "; modules in cycles: "
+                           + "; ".join(", ".join(group) for group in tangles(graph)))
+
+
+def test_klbr_supervisor_never_imports_klbr_kernel():
+    """The supervisor knows nothing of frontends: imports flow klbr_kernel -> klbr_supervisor only."""
+    back = sorted(f"{name} -> {target}" for name, targets in import_graph().items()
+                  if name.startswith("klbr_supervisor") for target in targets if target.startswith("klbr_kernel"))
+    assert not back, back
