@@ -229,7 +229,8 @@ class Delivery:
             self._answers.release(req)
 
     def close_bracket(self, req: Request) -> None:
-        """An execute whose worker ended after replying: its outcome stands, only its idle is missing."""
+        """A request whose worker ended (or went quiet) after replying: its reply stands, only its
+        idle is missing."""
         req.held.append(lambda: self._replies.idle(req))
         self.finished(req)
 

@@ -4,8 +4,9 @@ An ended generation has delivered everything it sent (the supervisor drains it f
 then, for each request that was waiting on it, by its phase:
 
 - finished (ANSWERED): nothing; its outcome's commit releases it;
-- an execute that had its reply: its outcome stands, the proxy closes the bracket with its idle;
-- an idempotent request, not retried yet: sent once more to the next generation (semantics 8);
+- a request that had its reply: it stands, the proxy closes the bracket with its idle;
+- an idempotent request with no reply yet, not retried yet: sent once more to the next generation
+  (semantics 8);
 - anything else in flight: answered with the error that names how the worker ended (semantics 2:
   nothing is re-run), and the executes queued behind it are aborted as after any error;
 - forwarded comm and control traffic: its bracket is closed (control requests get an error reply).
@@ -110,7 +111,10 @@ class Endings:
                                       parent)
 
     def _inflight_ended(self, req: Request, ending: Ending, generation: Generation) -> None:
-        if req.phase is Phase.AWAITING_IDLE and req.msg_type == "execute_request":
+        if req.phase is Phase.AWAITING_IDLE:
+            # Its reply is in (a cell's held until its outcome is committed, any other's sent on):
+            # it stands as the only one, and only the idle is the proxy's. Sending it again would
+            # answer it twice (semantics 1).
             self._delivery.close_bracket(req)
         elif ending.reason is not EndReason.START_FAILED and may_retry(req.msg_type, req.tries > 1):
             req.move(Phase.QUEUED)  # idempotent: once more on the next generation

@@ -91,6 +91,29 @@ def test_a_worker_that_dies_after_its_reply_keeps_that_reply_as_the_only_one():
         assert worker_pid(kc) != pid
 
 
+def test_a_completion_whose_worker_dies_after_its_reply_is_answered_once():
+    """A complete_request is tried again on the next generation only when it has no reply yet
+    (semantics 8); one whose reply went out keeps it as its only one, with the proxy's idle."""
+    with misbehaving("exit-after-reply") as (km, kc):
+        pid = worker_pid(kc)
+        msg_id = kc.complete("misbehave", 9)
+        reply = kc.get_shell_msg(timeout=30)
+        assert reply["parent_header"]["msg_id"] == msg_id and reply["content"]["status"] == "ok"
+        states = []
+        while len(states) < 2:
+            msg = kc.get_iopub_msg(timeout=30)
+            if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status":
+                states.append(msg["content"]["execution_state"])
+        assert states == ["busy", "idle"]
+        assert process_gone(pid)
+        after = kc.execute("1 + 1")  # the next generation serves; nothing more came for the completion
+        replies = [kc.get_shell_msg(timeout=60)]
+        while replies[-1]["parent_header"]["msg_id"] != after:
+            replies.append(kc.get_shell_msg(timeout=60))
+        assert [r["parent_header"]["msg_id"] for r in replies] == [after]
+        assert replies[-1]["content"]["status"] == "ok"
+
+
 def test_an_ignored_interrupt_ends_in_WorkerKilled_within_the_grace():
     with misbehaving("ignore-sigint", "--Supervisor.interrupt_grace=1") as (km, kc):
         pid = worker_pid(kc)

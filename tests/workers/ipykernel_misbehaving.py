@@ -4,7 +4,8 @@
 
 The kernel runs cells normally; the cell `misbehave()` triggers BEHAVIOUR (for "complete", the first
 complete_request does, once per MARKER file; for "drops-is-complete", every is_complete_request does:
-ipykernel logs the handler's exception and never replies). Each behaviour is a way real workers die,
+ipykernel logs the handler's exception and never replies). ("exit-after-reply" also does so
+after replying to a complete_request for the code `misbehave`.) Each behaviour is a way real workers die,
 hang or fail. "noisy" prints to stderr as it starts, about no request at all.
 "late-stdin" misbehaves at start-up instead: its stdin is bound once, half a second after the kernel
 serves shell. That is what a slow machine can make of any worker as the supervisor sees it (its
@@ -94,6 +95,12 @@ class MisbehavingKernel(IPythonKernel):
     async def execute_request(self, stream, ident, parent):
         await super().execute_request(stream, ident, parent)
         if BEHAVIOUR == "exit-after-reply" and parent["content"].get("code", "").strip() == "misbehave()":
+            time.sleep(0.3)  # the reply is on the wire; the idle that would follow it never is
+            os._exit(0)
+
+    async def complete_request(self, stream, ident, parent):
+        await super().complete_request(stream, ident, parent)
+        if BEHAVIOUR == "exit-after-reply" and parent["content"].get("code", "") == "misbehave":
             time.sleep(0.3)  # the reply is on the wire; the idle that would follow it never is
             os._exit(0)
 
