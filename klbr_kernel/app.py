@@ -140,7 +140,11 @@ class KlbrKernelApp(JupyterApp):
         worker_options = self.worker_options()
         if worker_options:
             self.log.info("klbr kernel: every worker gets %s", shlex.join(worker_options))
-        asyncio.run(self._serve(info, session, tuple(worker_options)))
+        try:
+            asyncio.run(self._serve(info, session, tuple(worker_options)))
+        except* early.BindError as refused:
+            self.log.critical("klbr kernel: %s: %s; refusing to start", self.connection_file, refused.exceptions[0])
+            self.exit(2)
 
     async def _serve(self, info: dict, session: Session, worker_options: tuple[str, ...]) -> None:
         # jupyter_server names the notebook a kernel serves; the cell log keys history by it.

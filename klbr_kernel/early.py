@@ -116,6 +116,18 @@ def max_message_size(argv: list[str]) -> int:
         return MAX_MESSAGE_SIZE
 
 
+class BindError(Exception):
+    """A channel of the connection file could not be bound (most often: its port was taken between
+    the client picking it and the kernel binding it); the text names the channel and the address."""
+
+
+def _bind(sock: zmq.Socket, name: str, url: str) -> None:
+    try:
+        sock.bind(url)
+    except zmq.ZMQError as e:
+        raise BindError(f"{name} cannot be bound at {url}: {e.strerror}") from None
+
+
 def bind(info: dict, context: zmq.Context, max_message_size: int = MAX_MESSAGE_SIZE
          ) -> tuple[dict[str, zmq.Socket], Heartbeat]:
     """Bind the frontend's four channels and start answering heartbeats; all five are CURVE
@@ -147,8 +159,11 @@ def bind(info: dict, context: zmq.Context, max_message_size: int = MAX_MESSAGE_S
                 sock.sndhwm = IOPUB_QUEUE
                 sock.setsockopt(zmq.XPUB_NODROP, 1)
                 sock.maxmsgsize = SUBSCRIPTION_MAX
-            sock.bind(channel_url(info, name))
-        heartbeat = Heartbeat(context, channel_url(info, "hb"), server_keys)
+            _bind(sock, name, channel_url(info, name))
+        try:
+            heartbeat = Heartbeat(context, channel_url(info, "hb"), server_keys)
+        except zmq.ZMQError as e:
+            raise BindError(f"hb cannot be bound at {channel_url(info, 'hb')}: {e.strerror}") from None
     except BaseException:
         for sock in sockets.values():
             sock.close(linger=0)
@@ -295,7 +310,7 @@ def start(argv: list[str], session_id: str | None = None) -> None:
         context = zmq.Context.instance()
         size = max_message_size(argv)
         sockets, heartbeat = bind(info, context, size)
-    except (OSError, TypeError, ValueError, KeyError, zmq.ZMQError):  # no file, bad JSON, port taken
+    except (OSError, TypeError, ValueError, KeyError, zmq.ZMQError, BindError):  # no file, bad JSON, port taken
         return
     # The session the frontend will see throughout: the prelaunched worker already speaks as it.
     _bound = Bound(sockets, heartbeat, session_id or prelaunch.new_id(), size)

@@ -81,3 +81,32 @@ def test_curve_keys_the_kernel_cannot_serve_refuse_to_start(tmp_path):
     done = _refusal(tmp_path, {"curve_publickey": public, "curve_secretkey": secret},
                     [sys.executable, "-c", without_curve])
     assert "asks for CurveZMQ transport encryption" in done.stderr and "built without CURVE" in done.stderr
+
+
+def test_a_port_another_process_holds_refuses_the_start_saying_which(tmp_path):
+    """jupyter_client picks free ports and writes them into the connection file; one taken before
+    the kernel binds it (another process got there first) ends the start with one line naming the
+    channel and the address, as a connection file it cannot serve does, not a traceback."""
+    import socket
+
+    holder = socket.socket()
+    holder.bind(("127.0.0.1", 0))
+    holder.listen()
+    taken = holder.getsockname()[1]
+    free = []
+    for _ in range(4):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            free.append(s.getsockname()[1])
+    conn = tmp_path / "kernel.json"
+    conn.write_text(json.dumps({"transport": "tcp", "ip": "127.0.0.1", "shell_port": free[0], "iopub_port": free[1],
+                                "stdin_port": free[2], "control_port": taken, "hb_port": free[3], "key": "secret",
+                                "signature_scheme": "hmac-sha256"}))
+    try:
+        done = subprocess.run([sys.executable, "-m", "klbr_kernel", "-f", str(conn)], capture_output=True,
+                              text=True, timeout=120)
+    finally:
+        holder.close()
+    assert done.returncode == 2, done.stderr
+    assert f"control cannot be bound at tcp://127.0.0.1:{taken}" in done.stderr, done.stderr
+    assert "refusing to start" in done.stderr and "Traceback" not in done.stderr, done.stderr
