@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from jupyter_client.manager import KernelManager
@@ -42,7 +42,7 @@ TIMINGS = "KLBR_BENCH_STORE_TIMINGS"  # the directory each kernel writes its sto
 # Loaded by every kernel of the run as its jupyter_klbr_config.py. Per cell, for its running row and
 # its outcome: when the write was asked for (time.monotonic(): CLOCK_MONOTONIC, one clock for every
 # process here), the seconds until it was durable, and whether the loop committed it itself (direct).
-TIMED_STORE = f'''
+TIMED_STORE = f"""
 import json, os, time
 from klbr_supervisor.store.store import Store
 
@@ -78,12 +78,12 @@ def _close_and_write(self):
 
 
 Store.close = _close_and_write
-'''
+"""
 
 # The third process: takes the write lock for `hold` seconds at random moments until its stdin
 # closes. Each wait is a select on stdin, so it stops the moment the run ends. A line per hold:
 # when it asked for the lock, got it and let it go (time.monotonic()).
-LOCK_HOLDER = r'''
+LOCK_HOLDER = r"""
 import json, random, select, sqlite3, sys, time
 db, hold, gap_min, gap_max, seed = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
 rng = random.Random(seed)
@@ -100,7 +100,7 @@ while not select.select([sys.stdin], [], [], gap)[0]:
     if stop:
         break
     gap = rng.uniform(gap_min, gap_max)
-'''
+"""
 
 
 @dataclass
@@ -316,7 +316,7 @@ def main() -> None:
     result = run(args.kernels, args.cells, db=workdir / "shared.sqlite3", workdir=workdir, hold=args.hold,
                  gap=tuple(args.gap), standby=args.standby, seed=args.seed)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     figures = result.figures()
     print(f"\nmany kernels, one file — {when} — {machine}\n")
     width = max(map(len, figures))

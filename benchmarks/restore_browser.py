@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from lab import Lab, cell, chromium, idle, notebook, open_notebook, run_cell  # noqa: E402
+from lab import Lab, cell, chromium, idle, notebook, open_notebook, run_cell
 
 LINES = 10_000
 CODE = f"for i in range({LINES}):\n    print(f'output {{i}}', flush=True)"

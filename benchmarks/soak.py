@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from conftest import start_kernel, status_table, until  # noqa: E402
+from conftest import start_kernel, status_table, until
 
 MARKER = "klbr-soak: sleeping"
 CODE = {

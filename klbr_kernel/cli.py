@@ -85,7 +85,7 @@ class SessionsCommand(LogCommand):
         from klbr_supervisor.store.queries import sessions
 
         rows = sessions(self.connect(), self.limit)
-        _table([[r["id"], r["notebook"] or "-", r["started"][:19].replace("T", " "), r["ended"] and "ended" or "open",
+        _table([[r["id"], r["notebook"] or "-", r["started"][:19].replace("T", " "), (r["ended"] and "ended") or "open",
                  r["cells"], r["last_status"] or "-"] for r in rows],
                ["id", "notebook", "started (UTC)", "state", "cells", "last status"])
 

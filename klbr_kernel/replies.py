@@ -4,7 +4,7 @@ to an execute it already took, which is never run twice (DESIGN.md semantics 1, 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 
 from jupyter_client.session import Session
 
@@ -135,7 +135,7 @@ class Replies:
     def _send(self, req: Request, content: dict) -> bool:
         reply_type = req.msg_type.rsplit("_", 1)[0] + "_reply"
         metadata = {
-            "started": datetime.now(timezone.utc).isoformat(),
+            "started": datetime.now(UTC).isoformat(),
             "dependencies_met": True,
             "engine": self.session.session,
             "status": content.get("status"),

@@ -106,7 +106,7 @@ S = TypeVar("S", bound=enum.Enum)
 class Machine(Generic[S]):
     """A state and its one door, `move`: for the proxy's, the queue's and the link's state."""
 
-    __slots__ = ("what", "state", "_table")
+    __slots__ = ("_table", "state", "what")
 
     def __init__(self, what: str, table: Mapping[S, frozenset[S]], state: S):
         self.what = what

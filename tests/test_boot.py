@@ -30,7 +30,7 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 
 
 def _ours_or_stdlib(name: str) -> bool:
-    return (name.split(".")[0] in sys.stdlib_module_names or name in ("klbr_supervisor", "klbr_supervisor.boot")
+    return (name.split(".", maxsplit=1)[0] in sys.stdlib_module_names or name in ("klbr_supervisor", "klbr_supervisor.boot")
             or name.startswith("klbr_supervisor.boot."))
 
 

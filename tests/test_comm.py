@@ -12,8 +12,9 @@ import sys
 import uuid
 
 import nbformat
-from conftest import drain, execute, start_kernel
 from jupyter_client.session import Session
+
+from conftest import drain, execute, start_kernel
 
 HALTING = ("import os, time\nfor i in range({n}):\n    if i == {n} // 2:\n        while not os.path.exists({go!r}):\n"
            "            time.sleep(0.01)\n    print(f'line {{i}}', flush=True)")

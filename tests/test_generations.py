@@ -8,8 +8,19 @@ import time
 
 import pytest
 
-from conftest import (collect, execute, misbehaving, process_gone, results, standby, start_kernel, status_row,
-                      stream_text, until, worker_pid)
+from conftest import (
+    collect,
+    execute,
+    misbehaving,
+    process_gone,
+    results,
+    standby,
+    start_kernel,
+    status_row,
+    stream_text,
+    until,
+    worker_pid,
+)
 
 
 def _states(outputs):

@@ -23,7 +23,7 @@ import uuid
 from collections import Counter
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -34,7 +34,6 @@ from hypothesis import strategies as st
 from jupyter_client.session import Session
 
 from conftest import execute, raw_socket, receive, results, start_kernel, stream_text, thorough, until
-
 
 DELIM = b"<IDS|MSG>"
 MiB = 1 << 20
@@ -266,7 +265,7 @@ class Case:
         if isinstance(header, dict):
             msg_id = f"hostile-{uuid.uuid4()}"
             header = {"msg_id": msg_id, "msg_type": self.msg_type, "session": "hostile", "username": "test",
-                      "date": datetime.now(timezone.utc).isoformat(), "version": "5.3", "x-nonce": uuid.uuid4().hex,
+                      "date": datetime.now(UTC).isoformat(), "version": "5.3", "x-nonce": uuid.uuid4().hex,
                       **header}
             msg_id = header["msg_id"]
             header = json.dumps(header).encode()

@@ -39,7 +39,6 @@ from queue import Empty
 import zmq
 
 from conftest import start_kernel
-
 from klbr_kernel.cell_log import OUTPUT_TYPES
 from klbr_kernel.outcomes import ERRORS
 from klbr_supervisor.store.recovery import UNKNOWN_WHY

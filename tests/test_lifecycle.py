@@ -11,8 +11,20 @@ import time
 from jupyter_client.manager import KernelManager
 from jupyter_client.session import Session
 
-from conftest import (collect, drain, execute, kill_quietly, process_gone, processes, results, standby, start_kernel, stream_text,
-                      until, worker_pid)
+from conftest import (
+    collect,
+    drain,
+    execute,
+    kill_quietly,
+    process_gone,
+    processes,
+    results,
+    standby,
+    start_kernel,
+    stream_text,
+    until,
+    worker_pid,
+)
 
 
 def test_kernel_info_is_answered_before_the_worker_is_ready():

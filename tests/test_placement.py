@@ -18,11 +18,22 @@ from pathlib import Path
 
 import pytest
 
+from conftest import (
+    collect,
+    execute,
+    process_gone,
+    results,
+    standby,
+    start_kernel,
+    status_rows,
+    stream_text,
+    until,
+    value,
+    wait_for_stream,
+    worker_pid,
+)
 from klbr_supervisor.boot.placement import PlacementError, parse
 from klbr_supervisor.targets import kind_for
-
-from conftest import (collect, execute, process_gone, results, standby, start_kernel, status_rows, stream_text, until, value,
-                      wait_for_stream, worker_pid)
 
 ROOT = Path(__file__).parent.parent
 OTHER = ROOT / ".venv-ipykernel" / "bin" / "python"

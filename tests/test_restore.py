@@ -8,6 +8,7 @@ import json
 import sqlite3
 
 import pytest
+
 from conftest import until
 from lab import Lab, cell, chromium, idle, notebook, open_notebook, output_text, prompt, run_cell, save, screenshot
 

@@ -19,7 +19,19 @@ from pathlib import Path
 
 import pytest
 
-from conftest import collect, execute, process_gone, processes, results, start_kernel, stream_text, until, value, wait_for_stream, worker_pid
+from conftest import (
+    collect,
+    execute,
+    process_gone,
+    processes,
+    results,
+    start_kernel,
+    stream_text,
+    until,
+    value,
+    wait_for_stream,
+    worker_pid,
+)
 from sshd import SSHD, Sshd, signal_quietly
 
 ROOT = Path(__file__).parent.parent
@@ -274,7 +286,7 @@ def test_a_shutdown_over_a_stalled_link_is_answered_in_jupyters_window(tmp_path,
 
 def test_a_remote_kernel_slower_to_start_than_the_link_timeout_keeps_its_lease(tmp_path, sshd):
     slow = tmp_path / "slow-python"
-    slow.write_text(f"#!/bin/sh\nsleep 5\nexec {REMOTE_PYTHON} \"$@\"\n")  # the scenario: a cold start
+    slow.write_text(f'#!/bin/sh\nsleep 5\nexec {REMOTE_PYTHON} "$@"\n')  # the scenario: a cold start
     slow.chmod(0o755)
     with on_ssh(tmp_path, sshd, "--Supervisor.link_timeout=2", placement=f"ssh://klbr-test{slow}") as (km, kc):
         assert value(kc, "6 * 7", timeout=60) == 42

@@ -73,8 +73,8 @@ def test_the_command_line_is_split_as_traitlets_reads_it_and_the_prelaunch_agree
     assert prelaunch.worker_options(["-f", "kernel.json", "--InteractiveShell.colors", "nocolor"]) is None
     # The names the prelaunch takes for klbr's are the app's.
     app = KlbrKernelApp()
-    assert prelaunch.KLBR_SECTIONS == app.own_sections()
-    assert prelaunch.KLBR_NAMES == frozenset(app.flags) | frozenset(app.aliases)
+    assert app.own_sections() == prelaunch.KLBR_SECTIONS
+    assert frozenset(app.flags) | frozenset(app.aliases) == prelaunch.KLBR_NAMES
 
 
 def test_options_reach_the_prelaunched_worker_a_restarted_one_and_a_python_placement(tmp_path):
