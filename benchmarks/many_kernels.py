@@ -1,4 +1,4 @@
-"""Many kernels, one file (issue H, item 8): `python benchmarks/many_kernels.py [--kernels 50 --cells 200]`.
+"""Many kernels, one file: `python benchmarks/many_kernels.py [--kernels 50 --cells 200]`.
 
 N klbr kernels record into one SQLite file, each running C trivial cells at once, while a third
 process (`lock_holder`) takes the file's write lock (BEGIN IMMEDIATE) for 2 s at random moments.
@@ -245,7 +245,8 @@ def run(kernels: int, cells: int, *, db: Path, workdir: Path, hold: float = 2.0,
                                    str(seed)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         first = holder.stdout.readline()  # the lock is held: the cells start behind it
         if first != "holding\n":
-            raise RuntimeError(f"the lock holder did not take the lock: {first!r}")
+            msg = f"the lock holder did not take the lock: {first!r}"
+            raise RuntimeError(msg)
         start = time.perf_counter()
         go.set()
         finished.wait()

@@ -1,4 +1,4 @@
-"""The soak (issue H, item 5): `python benchmarks/soak.py [--cells 2000 --losses 100 --interrupts 50]`.
+"""The soak: `python benchmarks/soak.py [--cells 2000 --losses 100 --interrupts 50]`.
 
 One klbr kernel runs trivial cells in rounds; rounds begin with a worker loss (alternately
 `os._exit` and SIGKILL) and some end with a cell that prints that it sleeps and is interrupted once
@@ -10,7 +10,7 @@ each cell's row in the store.
 
 Prints the figures, and with `--ipykernel` the part that applies to plain ipykernel beside them (its
 cells and interrupts; a lost ipykernel is a dead kernel). `run` is what `tests/test_soak.py` calls
-and asserts on, at `make test` size and at the issue's.
+and asserts on, at `make test` size and at full size.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """`klbr-kernel` reads the cell log the kernel writes: it loads the kernel's config file and takes the
-same options (issue I, defect 3)."""
+same options, so it reads the database the kernel writes."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Host callbacks: cell code asks its supervisor, from real cells on a real kernel (issue D).
+"""Host callbacks: cell code asks its supervisor, from real cells on a real kernel.
 
 Every refusal is followed by a cell that works: the kernel keeps serving.
 """

@@ -1,10 +1,10 @@
-"""Hostile frames on every socket (issue H, item 1): whatever reaches shell, control, stdin or iopub,
+"""Hostile frames on every socket: whatever reaches shell, control, stdin or iopub,
 the kernel answers what it must, drops the rest, counts what it drops and logs it at a bounded rate,
 never runs a signed execute twice, and the next normal cell works.
 
 The header and content variants are drawn by hypothesis, against one kernel that all of the module's
 examples share. `make test` runs about 300 examples, derandomized (the same ones every run), and the
-replay checks at the issue's scale. For 25 times as many examples, new ones each run, and a replay
+replay checks at full scale. For 25 times as many examples, new ones each run, and a replay
 after 70 000 executes:
 
     KLBR_THOROUGH=1 .venv/bin/python -m pytest -m thorough tests/test_hostile.py
@@ -342,7 +342,7 @@ def cases(draw) -> Case:
 
 # -- header and content variants, drawn -----------------------------------------------------------
 
-# The issue's list, always among the examples (hypothesis runs these first).
+# The hostile frames named up front, always among the examples (hypothesis runs these first).
 LISTED = [Case("no delimiter"), Case("missing frames", missing=0), Case("missing frames", missing=3),
           Case("empty HMAC"), Case("wrong HMAC"), Case("HMAC of another key"),
           Case("header not JSON", header=b"{not json"), Case("header not JSON", header=b"\x80\xff"),

@@ -1,5 +1,5 @@
 """Workers are launched without `preexec_fn`, die with the kernel by their own death signal, and the
-adoption of the prelaunched worker is no public provisioner (issue I, defects 6 and 7)."""
+adoption of the prelaunched worker is no public provisioner."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """Outputs come back: `%klbr replay` shows a cell's recorded outputs again, and outputs that reached no
-frontend are noticed by the next cell (issue G)."""
+frontend are noticed by the next cell."""
 
 from __future__ import annotations
 
