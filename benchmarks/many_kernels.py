@@ -150,7 +150,7 @@ def pct(values: list[float], p: float) -> float | None:
     if not values:
         return None
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def _round(v: float | None) -> float | None:
@@ -203,7 +203,7 @@ def run(kernels: int, cells: int, *, db: Path, workdir: Path, hold: float = 2.0,
         """A kernel: started, then its cells once every kernel is up and the lock is held, then shut
         down. A failure is recorded and the thread still meets the others at each barrier."""
         km, kc = KernelManager(kernel_name="klbr"), None
-        log = open(workdir / f"kernel{k}.log", "w")
+        log = open(workdir / f"kernel{k}.log", "w")  # noqa: SIM115 — closed in the finally, after its kernel
         try:
             try:
                 km.start_kernel(extra_arguments=options, env=env, stderr=log)
@@ -241,7 +241,8 @@ def run(kernels: int, cells: int, *, db: Path, workdir: Path, hold: float = 2.0,
     try:
         ready.wait()
         result.start_s = time.perf_counter() - start
-        holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(db), str(hold), str(gap[0]), str(gap[1]),
+        holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER,  # noqa: S603 — our script and arguments
+                                   str(db), str(hold), str(gap[0]), str(gap[1]),
                                    str(seed)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         first = holder.stdout.readline()  # the lock is held: the cells start behind it
         if first != "holding\n":

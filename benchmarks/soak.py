@@ -241,7 +241,7 @@ class Soak:
 
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def run(cells: int, losses: int, interrupts: int, db: Path, kernel: str = "klbr", baseline_after: int = 50) -> Soak:
@@ -273,7 +273,7 @@ def run(cells: int, losses: int, interrupts: int, db: Path, kernel: str = "klbr"
                 loss_sent = None
             if kind == "sleep":
                 sleeping = wire.requests[msg_id]
-                wire.until(lambda: MARKER in sleeping.text, "the cell prints that it sleeps")
+                wire.until(lambda cell=sleeping: MARKER in cell.text, "the cell prints that it sleeps")
                 interrupt = wire.interrupt()
                 wire.answered(msg_id)
                 wire.answered(interrupt)

@@ -13,7 +13,7 @@ from conftest import execute, start_kernel
 
 def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:
     command = str(Path(sys.executable).with_name("klbr-kernel"))  # the console script pip installed
-    return subprocess.run([command, *args], env=env, capture_output=True, text=True)
+    return subprocess.run([command, *args], env=env, check=False, capture_output=True, text=True)
 
 
 def test_the_cli_reads_the_database_the_kernels_config_names(tmp_path):

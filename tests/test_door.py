@@ -11,6 +11,7 @@ import time
 import pytest
 
 from conftest import collect, execute, misbehaving, raw_socket, receive, results, send_raw, start_kernel, status_row
+from klbr_kernel.delivery import NO_REPLY_GRACE
 
 
 def _still_serving(kc) -> None:
@@ -119,8 +120,6 @@ def test_a_replayed_execute_on_control_runs_once():
 
 def test_a_request_the_worker_drops_is_answered_after_its_idle():
     """ipykernel logs an exception in a handler and never replies; the proxy replies instead."""
-    from klbr_kernel.delivery import NO_REPLY_GRACE
-
     with misbehaving("drops-is-complete") as (km, kc):
         start = time.monotonic()
         msg_id = kc.is_complete("x = (")

@@ -841,14 +841,14 @@ def _replayed_after(tmp_path, executes: int, others: int) -> None:
         assert again["parent_header"]["msg_id"] == first["parent_header"]["msg_id"]
         assert again["content"] == first["content"]
         assert ran.read_text() == "ran\n"
-        kc = km.client()
-        kc.start_channels()
+        client = km.client()
+        client.start_channels()
         try:
-            kc.wait_for_ready(timeout=60)
-            reply, outputs = execute(kc, "'ran_again' in globals()")
+            client.wait_for_ready(timeout=60)
+            reply, outputs = execute(client, "'ran_again' in globals()")
             assert results(outputs) == ["False"]
         finally:
-            kc.stop_channels()
+            client.stop_channels()
 
 
 def test_a_replayed_execute_is_not_run_again_after_70000_other_messages(tmp_path):

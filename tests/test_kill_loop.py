@@ -280,7 +280,7 @@ def _plan(rng: random.Random) -> tuple[list[list[tuple[str, dict]]], Callable, s
 
 
 def test_a_kernel_sigkilled_at_random_points_of_a_stream_of_cells_loses_nothing(tmp_path):
-    rng = random.Random(SEED)
+    rng = random.Random(SEED)  # noqa: S311 — a stream of cells one seed replays, no secret
     db = tmp_path / "log.sqlite3"
     print(f"kill loop: {REPETITIONS} repetitions, KLBR_KILL_LOOP_SEED={SEED}")
     previous: tuple[int, int | None, str] | None = None  # the dead kernel's session, its running cell
