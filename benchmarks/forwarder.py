@@ -46,7 +46,8 @@ def main() -> None:
         config, host, python = sys.argv[sys.argv.index("--ssh") + 1:][:3]
         worker = _over_ssh(config, host, python, back, runtime)
     else:
-        worker = subprocess.Popen([sys.executable, "-m", "ipykernel_launcher", "-f", connection_file])
+        worker = subprocess.Popen(  # noqa: S603 — our argv
+            [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file])
     context = zmq.Context()
     for name in CHANNELS:
         outer = context.socket(zmq.XPUB if name == "iopub" else zmq.ROUTER)
@@ -73,7 +74,8 @@ def main() -> None:
 
 def _over_ssh(config: str, host: str, python: str, back: dict, runtime: str) -> subprocess.Popen:
     """ipykernel on HOST with `back`'s key, its channels forwarded to `back`'s local ipc paths."""
-    remote = f"/tmp/klbr-floor-{secrets.token_hex(8)}"
+    # On the ssh host: a random name, which os.mkdir makes 0700 or fails on.
+    remote = f"/tmp/klbr-floor-{secrets.token_hex(8)}"  # noqa: S108
     forwards = []
     for port in CHANNELS.values():
         forwards += ["-L", f"{back['ip']}-{port}:{remote}/k-{port}"]
@@ -91,7 +93,9 @@ def _over_ssh(config: str, host: str, python: str, back: dict, runtime: str) -> 
               "import threading  # ssh's end (stdin's) ends the floor's kernel too\n"
               "threading.Thread(target=lambda: (sys.stdin.read(), k.kill()), daemon=True).start()\n"
               "k.wait()\n")
-    ssh = subprocess.Popen(["ssh", "-F", config, "-T", "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes",
+    # The ssh on PATH, as klbr runs it, with our argv.
+    ssh = subprocess.Popen(["ssh", "-F", config, "-T",  # noqa: S603, S607
+                            "-o", "BatchMode=yes", "-o", "ExitOnForwardFailure=yes",
                             "-o", "StreamLocalBindMask=0177", "-o", "StreamLocalBindUnlink=yes", *forwards, host,
                             f'{python} -c "import sys;exec(sys.stdin.readline())"'],
                            stdin=subprocess.PIPE, stdout=subprocess.PIPE)

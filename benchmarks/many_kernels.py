@@ -1,4 +1,4 @@
-"""Many kernels, one file (issue H, item 8): `python benchmarks/many_kernels.py [--kernels 50 --cells 200]`.
+"""Many kernels, one file: `python benchmarks/many_kernels.py [--kernels 50 --cells 200]`.
 
 N klbr kernels record into one SQLite file, each running C trivial cells at once, while a third
 process (`lock_holder`) takes the file's write lock (BEGIN IMMEDIATE) for 2 s at random moments.
@@ -31,7 +31,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 from jupyter_client.manager import KernelManager
@@ -42,7 +42,7 @@ TIMINGS = "KLBR_BENCH_STORE_TIMINGS"  # the directory each kernel writes its sto
 # Loaded by every kernel of the run as its jupyter_klbr_config.py. Per cell, for its running row and
 # its outcome: when the write was asked for (time.monotonic(): CLOCK_MONOTONIC, one clock for every
 # process here), the seconds until it was durable, and whether the loop committed it itself (direct).
-TIMED_STORE = f'''
+TIMED_STORE = f"""
 import json, os, time
 from klbr_supervisor.store.store import Store
 
@@ -78,12 +78,12 @@ def _close_and_write(self):
 
 
 Store.close = _close_and_write
-'''
+"""
 
 # The third process: takes the write lock for `hold` seconds at random moments until its stdin
 # closes. Each wait is a select on stdin, so it stops the moment the run ends. A line per hold:
 # when it asked for the lock, got it and let it go (time.monotonic()).
-LOCK_HOLDER = r'''
+LOCK_HOLDER = r"""
 import json, random, select, sqlite3, sys, time
 db, hold, gap_min, gap_max, seed = sys.argv[1], float(sys.argv[2]), float(sys.argv[3]), float(sys.argv[4]), int(sys.argv[5])
 rng = random.Random(seed)
@@ -100,7 +100,7 @@ while not select.select([sys.stdin], [], [], gap)[0]:
     if stop:
         break
     gap = rng.uniform(gap_min, gap_max)
-'''
+"""
 
 
 @dataclass
@@ -150,7 +150,7 @@ def pct(values: list[float], p: float) -> float | None:
     if not values:
         return None
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def _round(v: float | None) -> float | None:
@@ -203,7 +203,7 @@ def run(kernels: int, cells: int, *, db: Path, workdir: Path, hold: float = 2.0,
         """A kernel: started, then its cells once every kernel is up and the lock is held, then shut
         down. A failure is recorded and the thread still meets the others at each barrier."""
         km, kc = KernelManager(kernel_name="klbr"), None
-        log = open(workdir / f"kernel{k}.log", "w")
+        log = open(workdir / f"kernel{k}.log", "w")  # noqa: SIM115 — closed in the finally, after its kernel
         try:
             try:
                 km.start_kernel(extra_arguments=options, env=env, stderr=log)
@@ -241,11 +241,13 @@ def run(kernels: int, cells: int, *, db: Path, workdir: Path, hold: float = 2.0,
     try:
         ready.wait()
         result.start_s = time.perf_counter() - start
-        holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER, str(db), str(hold), str(gap[0]), str(gap[1]),
+        holder = subprocess.Popen([sys.executable, "-c", LOCK_HOLDER,  # noqa: S603 — our script and arguments
+                                   str(db), str(hold), str(gap[0]), str(gap[1]),
                                    str(seed)], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         first = holder.stdout.readline()  # the lock is held: the cells start behind it
         if first != "holding\n":
-            raise RuntimeError(f"the lock holder did not take the lock: {first!r}")
+            msg = f"the lock holder did not take the lock: {first!r}"
+            raise RuntimeError(msg)
         start = time.perf_counter()
         go.set()
         finished.wait()
@@ -316,7 +318,7 @@ def main() -> None:
     result = run(args.kernels, args.cells, db=workdir / "shared.sqlite3", workdir=workdir, hold=args.hold,
                  gap=tuple(args.gap), standby=args.standby, seed=args.seed)
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}"
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     figures = result.figures()
     print(f"\nmany kernels, one file — {when} — {machine}\n")
     width = max(map(len, figures))

@@ -20,8 +20,10 @@ import tempfile
 import time
 from pathlib import Path
 
+from playwright.sync_api import expect
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from lab import Lab, cell, chromium, idle, notebook, open_notebook, run_cell  # noqa: E402
+from lab import Lab, cell, chromium, idle, notebook, open_notebook, run_cell
 
 LINES = 10_000
 CODE = f"for i in range({LINES}):\n    print(f'output {{i}}', flush=True)"
@@ -36,8 +38,6 @@ new PerformanceObserver(list => { for (const e of list.getEntries()) window.__kl
 
 def _load(browser, lab: Lab, name: str) -> tuple[float, float]:
     """(page load -> the last line shown, in s; the longest main-thread task meanwhile, in s)."""
-    from playwright.sync_api import expect
-
     context = browser.new_context(viewport={"width": 1400, "height": 900})
     context.add_init_script(WATCH)
     page = context.new_page()
@@ -63,8 +63,6 @@ def main() -> None:
         with chromium() as browser:
             page = open_notebook(browser, lab, "restored.ipynb")
             run_cell(page, 0)
-            from playwright.sync_api import expect
-
             expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text(LAST, timeout=300_000)
             idle(page)
             page.keyboard.press("Control+s")  # a copy whose outputs are in the file, for the baseline

@@ -1,4 +1,4 @@
-"""The soak (issue H, item 5): `python benchmarks/soak.py [--cells 2000 --losses 100 --interrupts 50]`.
+"""The soak: `python benchmarks/soak.py [--cells 2000 --losses 100 --interrupts 50]`.
 
 One klbr kernel runs trivial cells in rounds; rounds begin with a worker loss (alternately
 `os._exit` and SIGKILL) and some end with a cell that prints that it sleeps and is interrupted once
@@ -10,7 +10,7 @@ each cell's row in the store.
 
 Prints the figures, and with `--ipykernel` the part that applies to plain ipykernel beside them (its
 cells and interrupts; a lost ipykernel is a dead kernel). `run` is what `tests/test_soak.py` calls
-and asserts on, at `make test` size and at the issue's.
+and asserts on, at `make test` size and at full size.
 """
 
 from __future__ import annotations
@@ -26,8 +26,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import zmq
+
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from conftest import start_kernel, status_table, until  # noqa: E402
+from conftest import start_kernel, status_table, until
 
 MARKER = "klbr-soak: sleeping"
 CODE = {
@@ -240,7 +241,7 @@ class Soak:
 
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def run(cells: int, losses: int, interrupts: int, db: Path, kernel: str = "klbr", baseline_after: int = 50) -> Soak:
@@ -272,7 +273,7 @@ def run(cells: int, losses: int, interrupts: int, db: Path, kernel: str = "klbr"
                 loss_sent = None
             if kind == "sleep":
                 sleeping = wire.requests[msg_id]
-                wire.until(lambda: MARKER in sleeping.text, "the cell prints that it sleeps")
+                wire.until(lambda cell=sleeping: MARKER in cell.text, "the cell prints that it sleeps")
                 interrupt = wire.interrupt()
                 wire.answered(msg_id)
                 wire.answered(interrupt)

@@ -13,7 +13,14 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
+from jupyter_core.application import base_aliases, base_flags
 from traitlets import HasTraits, TraitType
+
+from klbr_kernel.app import KlbrKernelApp
+from klbr_kernel.cli import KlbrKernelCommand
+from klbr_supervisor.host import HostService
+from klbr_supervisor.store import Store
+from klbr_supervisor.supervisor import Supervisor
 
 DOCS = Path(__file__).parent
 START, END = "<!-- autogen:start -->", "<!-- autogen:end -->"
@@ -51,11 +58,6 @@ def _dashed(alias: str) -> str:
 
 def configuration() -> str:
     """docs/configuration.md's table: what `jupyter_klbr_config.py` and the kernel's command line set."""
-    from klbr_kernel.app import KlbrKernelApp
-    from klbr_supervisor.host import HostService
-    from klbr_supervisor.store import Store
-    from klbr_supervisor.supervisor import Supervisor
-
     rows = ["| option | value | default | meaning |", "|---|---|---|---|"]
     for cls in (Supervisor, Store, HostService, KlbrKernelApp):
         for name, trait in _own(cls).items():
@@ -70,10 +72,6 @@ def configuration() -> str:
 def cli() -> str:
     """docs/cli.md's table: each `klbr-kernel` command's own options (not Jupyter's common ones),
     one row per setting, with every command and spelling that reaches it."""
-    from jupyter_core.application import base_aliases, base_flags
-
-    from klbr_kernel.cli import KlbrKernelCommand
-
     rows: dict[str, dict] = {}  # what an option sets -> its row
     for command, (cls, _) in KlbrKernelCommand.subcommands.items():
         classes = {c.__name__: c for c in (cls, *cls.classes)}

@@ -5,9 +5,9 @@ import sys
 # A command word (`install`, `sessions`, ...) is the CLI; options (`-f FILE`) are the kernel, which
 # must not pay for the CLI's imports before its first worker is spawned.
 if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
-    from .cli import main
+    from . import cli
 
-    main()
+    cli.main()
 else:
     # Before any heavy import: the first worker starts now, in parallel with ours.
     from klbr_supervisor.boot import prelaunch
@@ -17,6 +17,6 @@ else:
     from . import early
 
     early.start(sys.argv[1:], first.session_id if first is not None else None)
-    from .app import main
+    from . import app
 
-    main(first)  # handed down to generation 1, which adopts it
+    app.main(first)  # handed down to generation 1, which adopts it

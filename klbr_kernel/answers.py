@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from jupyter_client.session import Session
 
@@ -107,7 +108,7 @@ class Answers:
         if self._record(req, content, req.own_outputs):
             self.release(req)
 
-    def _record(self, req: Request, content: dict, outputs: list[tuple[str, dict]] = ()) -> bool:
+    def _record(self, req: Request, content: dict[str, Any], outputs: Sequence[tuple[str, dict[str, Any]]] = ()) -> bool:
         """The outcome of a cell answered here, durable before its held reply goes out (semantics 3):
         True when it is already; otherwise the reply is released once the row is committed."""
         then = self._boundary.guarded(req, lambda error: self._committed(req))
@@ -149,7 +150,7 @@ class Answers:
         self._replies.own(req, content)
         req.move(Phase.DONE)
 
-    def output(self, req: Request, msg_type: str, content: dict) -> None:
+    def output(self, req: Request, msg_type: str, content: dict[str, Any]) -> None:
         """An output the proxy itself gives a cell: shown, and recorded like the worker's."""
         self._frontend.send_iopub(msg_type, content, req.header)
         if not self._frontend.subscriptions:

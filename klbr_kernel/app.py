@@ -15,10 +15,11 @@ import logging
 import os
 import shlex
 import signal
+import typing as t
 
 from jupyter_client.session import Session
 from jupyter_core.application import JupyterApp, base_aliases
-from traitlets import Any, Int, TraitError, Unicode, default, validate
+from traitlets import Any, Bunch, Int, TraitError, Unicode, default, validate
 
 from klbr_supervisor.boot import prelaunch
 from klbr_supervisor.host import HostService
@@ -51,10 +52,11 @@ class KlbrKernelApp(JupyterApp):
     aliases = {**base_aliases, "f": "KlbrKernelApp.connection_file"}
 
     @validate("max_message_size")
-    def _valid_size(self, proposal) -> int:
-        value = proposal["value"]
+    def _valid_size(self, proposal: Bunch) -> int:
+        value: int = proposal["value"]
         if value != -1 and value < 1 << 20:
-            raise TraitError(f"max_message_size must be at least 1 MiB (1048576), or -1 for no limit; got {value}")
+            msg = f"max_message_size must be at least 1 MiB (1048576), or -1 for no limit; got {value}"
+            raise TraitError(msg)
         return value
 
     @default("log_level")
@@ -66,7 +68,7 @@ class KlbrKernelApp(JupyterApp):
         proxy's session; a worker's is klbr's to set)."""
         return options.own_sections(type(self), *self.classes, Session)
 
-    def flatten_flags(self) -> tuple[dict, dict]:
+    def flatten_flags(self) -> tuple[dict[str, t.Any], dict[str, t.Any]]:
         """traitlets' tables for reading the command line (`parse_command_line` calls this first),
         with ipykernel's flags and aliases under klbr's own when the line needs them."""
         flags, aliases = super().flatten_flags()
@@ -104,11 +106,13 @@ class KlbrKernelApp(JupyterApp):
     def start(self) -> None:
         # The level on the loggers themselves, so per-cell debug calls build no records at all: the
         # app's, and those of klbr's modules (whose records reach the same stderr through the root).
+        level = t.cast(int | str, self.log_level)  # the trait's Enum holds levels and their names
         for logger in (self.log, logging.getLogger("klbr_kernel"), logging.getLogger("klbr_supervisor")):
-            logger.setLevel(self.log_level)
+            logger.setLevel(level)
         if not self.connection_file:
             self.log.critical("klbr kernel: -f CONNECTION_FILE is required")
             self.exit(2)
+        problem: str | None
         try:
             with open(self.connection_file) as f:
                 info = json.load(f)
@@ -146,7 +150,7 @@ class KlbrKernelApp(JupyterApp):
             self.log.critical("klbr kernel: %s: %s; refusing to start", self.connection_file, refused.exceptions[0])
             self.exit(2)
 
-    async def _serve(self, info: dict, session: Session, worker_options: tuple[str, ...]) -> None:
+    async def _serve(self, info: dict[str, t.Any], session: Session, worker_options: tuple[str, ...]) -> None:
         # jupyter_server names the notebook a kernel serves; the cell log keys history by it.
         proxy = Proxy(info, session, parent=self, notebook=os.environ.get("JPY_SESSION_NAME") or None,
                       max_message_size=self.max_message_size, worker_options=worker_options,

@@ -13,17 +13,24 @@ import asyncio
 import json
 import re
 import sqlite3
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from klbr_supervisor.store import CellRecord, Store, StoreError, queries
 
 from .outcomes import cell_status
 from .requests import Request
 
+if TYPE_CHECKING:
+    from typing_extensions import Buffer  # bytes, or a zmq.Frame as received (collections.abc's from 3.12)
+
 # iopub messages that are a cell's outputs (what an exported notebook shows).
 OUTPUT_TYPES = frozenset({"stream", "display_data", "update_display_data", "execute_result", "error", "clear_output"})
 
 Then = Callable[[StoreError | None], None]
+# A history_reply's entry: (session, execution count, input), or with `output`, (session, count,
+# (input, its execute_result's text/plain or None)), as jupyter_client's protocol has it.
+HistoryEntry = tuple[int, int, str | tuple[str, str | None]]
 
 
 # nbformat 4.5's cell id: what a frontend's id must be to be recorded and exported as one.
@@ -40,7 +47,7 @@ def frontend_cell_id(req: Request) -> str | None:
     return value if isinstance(value, str) and _CELL_ID.match(value) else None
 
 
-def _error_text(content: dict) -> str | None:
+def _error_text(content: dict[str, Any]) -> str | None:
     return f"{content.get('ename')}: {content.get('evalue')}" if content.get("status") == "error" else None
 
 
@@ -90,7 +97,7 @@ class CellLog:
 
     # -- reading (on the loop, with the store's read connection) ------------------------------------
 
-    def history(self, content: dict, notebook: str | None) -> list[tuple]:
+    def history(self, content: dict[str, Any], notebook: str | None) -> list[HistoryEntry]:
         """A history_request's answer, from the log (across generations and sessions)."""
         return queries.history(self._store.reader(), content, self._store.session_id, notebook)
 
@@ -101,17 +108,18 @@ class CellLog:
             return None
         return queries.recorded_execute(self._store.reader(), req.header.get("session", ""), req.msg_id, req.digest)
 
-    def recent_cells(self, n: int, notebook: str | None) -> list:
+    def recent_cells(self, n: int, notebook: str | None) -> list[sqlite3.Row]:
         """This notebook's last `n` cells, with their store ids and output counts (`%klbr history`)."""
         reader = self._store.reader()
         return queries.recent_cells(reader, queries.history_sessions(reader, self._store.session_id, notebook), n)
 
-    def replay_cell(self, notebook: str | None, *, cell_id: int | None = None, count: int | None = None):
+    def replay_cell(self, notebook: str | None, *, cell_id: int | None = None,
+                    count: int | None = None) -> sqlite3.Row | None:
         """The row of the cell `%klbr replay` shows, or None (see `queries.replay_cell`)."""
         return queries.replay_cell(self._store.reader(), self._store.session_id, notebook, cell_id=cell_id,
                                    count=count)
 
-    def replay_outputs(self, cell_id: int, before_seq: int | None = None) -> list[dict]:
+    def replay_outputs(self, cell_id: int, before_seq: int | None = None) -> list[dict[str, Any]]:
         """A cell's recorded outputs as a notebook shows them (nbformat's shape), those before `before_seq`."""
         return queries.rendered_outputs(queries.replay_outputs(self._store.reader(), cell_id, before_seq))
 
@@ -125,8 +133,13 @@ class CellLog:
 
     async def settled(self) -> None:
         """Return once every write submitted so far is committed (what was sent is also readable)."""
-        future = asyncio.get_running_loop().create_future()
-        if not self._store.settled(lambda error: future.done() or future.set_result(error)):
+        future: asyncio.Future[StoreError | None] = asyncio.get_running_loop().create_future()
+
+        def done(error: StoreError | None) -> None:
+            if not future.done():
+                future.set_result(error)
+
+        if not self._store.settled(done):
             await future
 
     # -- writing -----------------------------------------------------------------------------------
@@ -137,19 +150,22 @@ class CellLog:
                                 frontend_cell_id(req))
         return self._store.cell_started(req.record, then)
 
-    def output(self, req: Request, msg_type: str, content) -> None:
+    def output(self, req: Request, msg_type: str, content: Buffer) -> None:
         """`content` is the message's content frame (a zmq.Frame or bytes), recorded as sent."""
         if req.record is not None:
             self._store.output(req.record, msg_type, content)
 
-    def finish(self, req: Request, content: dict, then: Then) -> bool:
-        """The outcome of a recorded cell, `content` being the reply the frontend gets."""
+    def finish(self, req: Request, content: dict[str, Any], then: Then) -> bool:
+        """The outcome of a recorded cell (one `start` wrote the row of), `content` being the reply the
+        frontend gets."""
+        assert req.record is not None
         generation = req.generation.number if req.generation else None
         status = cell_status(content, own=req.outcome, interrupted=req.interrupted)
         return self._store.cell_finished(req.record, status=status, count=content.get("execution_count"),
                                          error=_error_text(content), reply=content, generation=generation, done=then)
 
-    def answered(self, req: Request, content: dict, then: Then, outputs: list[tuple[str, dict]] = ()) -> bool:
+    def answered(self, req: Request, content: dict[str, Any], then: Then,
+                 outputs: Sequence[tuple[str, dict[str, Any]]] = ()) -> bool:
         """A cell that never reached a worker (aborted, refused, a `%klbr` line): one row, durable
         before the frontend sees `content` (semantics 3). True when there is nothing to wait for
         (committed now, or not recorded at all); otherwise `then` runs later, as for `finish`."""

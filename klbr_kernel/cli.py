@@ -12,19 +12,23 @@ import json
 import signal
 import sqlite3
 import sys
+from collections.abc import Sequence
+from typing import NoReturn
 
 from jupyter_core.application import JupyterApp, base_aliases, base_flags
 from traitlets import Bool, Float, Int, Unicode, default
 
-from klbr_supervisor.store import Store
+from klbr_supervisor.boot.placement import PlacementError, parse
+from klbr_supervisor.store import Store, queries
 
 from ._version import __version__
+from .install import install
 
 
-def _table(rows: list[list], header: list[str]) -> None:
-    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows)]
+def _table(rows: Sequence[Sequence[object]], header: Sequence[str]) -> None:
+    widths = [max(len(str(x)) for x in col) for col in zip(header, *rows, strict=True)]
     for line in [header, *rows]:
-        print("  ".join(str(x).ljust(w) for x, w in zip(line, widths)).rstrip())
+        print("  ".join(str(x).ljust(w) for x, w in zip(line, widths, strict=True)).rstrip())
 
 
 def _short(text: str | None, width: int = 60) -> str:
@@ -41,16 +45,21 @@ class KlbrCommand(JupyterApp):
     def _config_file_name_default(self) -> str:
         return "jupyter_klbr_config"  # the kernel's (see `klbr_kernel.app`)
 
-    def positional(self, what: str, kind=int):
-        """The one positional argument, as `kind`; a clear usage error otherwise."""
+    def exit(self, exit_status: int | str | None = 0) -> NoReturn:
+        """`Application.exit`, typed as what it does (traitlets' says it returns None): it raises SystemExit."""
+        super().exit(exit_status)
+        raise SystemExit(exit_status)  # not reached
+
+    def positional(self, what: str) -> int:
+        """The one positional argument, a number; a clear usage error otherwise."""
         if len(self.extra_args) != 1:
             self._usage(f"{self.name} needs exactly one {what}")
         try:
-            return kind(self.extra_args[0])
+            return int(self.extra_args[0])
         except ValueError:
             self._usage(f"{what} must be a number, not {self.extra_args[0]!r}")
 
-    def _usage(self, why: str) -> None:
+    def _usage(self, why: str) -> NoReturn:
         print(f"{why}\nSee `{self.name} --help`.", file=sys.stderr)
         self.exit(2)
 
@@ -63,13 +72,11 @@ class LogCommand(KlbrCommand):
     flags = base_flags
 
     def connect(self, write: bool = False) -> sqlite3.Connection:
-        from klbr_supervisor.store.queries import connect
-
         # On the command line, the path wins over $KLBR_DB (which wins over config files, as in the kernel).
         given = self.cli_config.get("Store", {}).get("path")
         path = given or Store(parent=self).path
         try:
-            return connect(path, write=write)
+            return queries.connect(path, write=write)
         except sqlite3.Error as e:
             print(f"klbr-kernel: cannot open the cell log {path}: {e}", file=sys.stderr)
             self.exit(1)
@@ -82,10 +89,8 @@ class SessionsCommand(LogCommand):
     aliases = {**LogCommand.aliases, "limit": "SessionsCommand.limit"}
 
     def start(self) -> None:
-        from klbr_supervisor.store.queries import sessions
-
-        rows = sessions(self.connect(), self.limit)
-        _table([[r["id"], r["notebook"] or "-", r["started"][:19].replace("T", " "), r["ended"] and "ended" or "open",
+        rows = queries.sessions(self.connect(), self.limit)
+        _table([[r["id"], r["notebook"] or "-", r["started"][:19].replace("T", " "), (r["ended"] and "ended") or "open",
                  r["cells"], r["last_status"] or "-"] for r in rows],
                ["id", "notebook", "started (UTC)", "state", "cells", "last status"])
 
@@ -98,10 +103,8 @@ class CellsCommand(LogCommand):
     aliases = {**LogCommand.aliases, "status": "CellsCommand.status", "limit": "CellsCommand.limit"}
 
     def start(self) -> None:
-        from klbr_supervisor.store.queries import cells
-
         session = self.positional("SESSION")
-        rows = cells(self.connect(), session, self.status or None, self.limit or None)
+        rows = queries.cells(self.connect(), session, self.status or None, self.limit or None)
         _table([[r["id"], r["execution_count"] if r["execution_count"] is not None else "-", r["generation"] or "-",
                  r["status"], _short(r["code"]), _short(r["error"], 50)] for r in rows],
                ["id", "In", "gen", "status", "code", "error"])
@@ -112,10 +115,8 @@ class ShowCommand(LogCommand):
     description = "A cell's code and recorded outputs: klbr-kernel show CELL"
 
     def start(self) -> None:
-        from klbr_supervisor.store.queries import cell
-
         cell_id = self.positional("CELL")
-        row, outputs = cell(self.connect(), cell_id)
+        row, outputs = queries.cell(self.connect(), cell_id)
         if row is None:
             print(f"klbr-kernel: no cell {cell_id}", file=sys.stderr)
             self.exit(1)
@@ -146,17 +147,15 @@ class ExportCommand(LogCommand):
     aliases = {**LogCommand.aliases, "o": "ExportCommand.output", "output": "ExportCommand.output"}
 
     def start(self) -> None:
-        from klbr_supervisor.store.queries import export_notebook, write_notebook
-
         session = self.positional("SESSION")
         if not self.output:
             self._usage("klbr-kernel export needs -o OUT.ipynb")
         try:
-            nb = export_notebook(self.connect(), session)
+            nb = queries.export_notebook(self.connect(), session)
         except LookupError as e:
             print(f"klbr-kernel: {e}", file=sys.stderr)
             self.exit(1)
-        write_notebook(nb, self.output)
+        queries.write_notebook(nb, self.output)
         print(f"Wrote {len(nb['cells'])} cells of session {session} to {self.output}")
 
 
@@ -167,11 +166,9 @@ class PruneCommand(LogCommand):
     aliases = {**LogCommand.aliases, "older-than": "PruneCommand.older_than"}
 
     def start(self) -> None:
-        from klbr_supervisor.store.queries import prune
-
         if self.older_than < 0:
             self._usage("klbr-kernel prune needs --older-than DAYS")
-        n = prune(self.connect(write=True), self.older_than)
+        n = queries.prune(self.connect(write=True), self.older_than)
         print(f"Pruned {n} ended session(s) older than {self.older_than:g} days")
 
 
@@ -194,13 +191,9 @@ class InstallCommand(KlbrCommand):
     }
 
     def start(self) -> None:
-        from .install import install
-
         if sum([self.user, self.sys_prefix, bool(self.prefix)]) > 1:
             self._usage("--user, --sys-prefix and --prefix exclude each other")
         if self.placement:
-            from klbr_supervisor.boot.placement import PlacementError, parse
-
             try:
                 parse(self.placement)
             except PlacementError as e:

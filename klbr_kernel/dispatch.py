@@ -14,8 +14,8 @@ from klbr_supervisor.wire import Wire
 
 from . import door
 from .answers import Answers
-from .comm import KlbrComms
 from .boundary import Boundary
+from .comm import KlbrComms
 from .current import Current
 from .drops import Drops
 from .kernel_info import kernel_info_content

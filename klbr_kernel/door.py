@@ -26,11 +26,15 @@ import hashlib
 import json
 import re
 from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from dateutil.parser import isoparse
 from jupyter_client.jsonutil import ISO8601_PAT
 
 from .requests import Request
+
+if TYPE_CHECKING:
+    from klbr_supervisor.wire import Wire
 
 # Longest msg_type taken (the longest in the protocol is 24 characters).
 _MAX_MSG_TYPE = 100
@@ -62,7 +66,7 @@ _NOT_NULL = frozenset({"user_expressions"})
 _HISTORY_ACCESS = frozenset({"tail", "range", "search"})
 
 
-class Refused(Exception):
+class Refused(Exception):  # noqa: N818 — the door's verdict on a message, which dispatch answers; no fault
     """A message the door does not let in; `ename` names the error a request is answered with.
     `answerable` is False when not even its type is usable: it is dropped, and only logged."""
 
@@ -73,51 +77,62 @@ class Refused(Exception):
         self.answerable = answerable
 
 
-def admit(channel: str, wire, *, signed: bool) -> Request:
+def admit(channel: str, wire: Wire, *, signed: bool) -> Request:
     """The `Request` for a verified message from the frontend, or `Refused`; `signed`: the
     `Frontend` checked its signature with a key (see `digest`)."""
     header = wire.header
     msg_type = header.get("msg_type")
     if not isinstance(msg_type, str) or not msg_type or len(msg_type) > _MAX_MSG_TYPE:
-        raise Refused("the header's msg_type is not a short non-empty string", answerable=False)
+        msg = "the header's msg_type is not a short non-empty string"
+        raise Refused(msg, answerable=False)
     msg_id = header.get("msg_id")
     if not isinstance(msg_id, str) or not msg_id:
-        raise Refused("the header's msg_id is not a non-empty string")
+        msg = "the header's msg_id is not a non-empty string"
+        raise Refused(msg)
     for name in ("session", "username"):
         if not isinstance(header.get(name, ""), str):
-            raise Refused(f"the header's {name} is not a string")
+            msg = f"the header's {name} is not a string"
+            raise Refused(msg)
     version = header.get("version")
     if not isinstance(version, str) or not _VERSION.match(version):
-        raise Refused(f"the header's version is {version!r}; klbr speaks protocol 5")
+        msg = f"the header's version is {version!r}; klbr speaks protocol 5"
+        raise Refused(msg)
     if header.get("subshell_id") is not None:
-        raise Refused("klbr does not offer kernel subshells", "SubshellsNotSupported")
+        msg = "klbr does not offer kernel subshells"
+        raise Refused(msg, "SubshellsNotSupported")
     if (_nests(bytes(wire.body[1])) and _too_deep(header)) or (_nests(bytes(wire.body[2])) and _too_deep(wire.parent)):
-        raise Refused(f"the header is nested deeper than {MAX_NESTING} levels")
+        msg = f"the header is nested deeper than {MAX_NESTING} levels"
+        raise Refused(msg)
     try:
         _check_dates(header)
         _check_dates(wire.parent)
     except (ValueError, OverflowError) as e:
-        raise Refused(f"a date in the header does not parse: {e}") from None
+        msg = f"a date in the header does not parse: {e}"
+        raise Refused(msg) from None
     body = wire.body
     raw_metadata, raw_content = bytes(body[3]), bytes(body[4])
     try:
         metadata = json.loads(raw_metadata)
         content = json.loads(raw_content)
     except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, or nested past the parser's depth
-        raise Refused(f"metadata or content is not JSON: {e}") from None
+        msg = f"metadata or content is not JSON: {e}"
+        raise Refused(msg) from None
     if (_nests(raw_metadata) and _too_deep(metadata)) or (_nests(raw_content) and _too_deep(content)):
-        raise Refused(f"metadata or content is nested deeper than {MAX_NESTING} levels")
+        msg = f"metadata or content is nested deeper than {MAX_NESTING} levels"
+        raise Refused(msg)
     if not isinstance(metadata, dict):
-        raise Refused("metadata is not a JSON object")
+        msg = "metadata is not a JSON object"
+        raise Refused(msg)
     if not isinstance(content, dict):
-        raise Refused("content is not a JSON object")
+        msg = "content is not a JSON object"
+        raise Refused(msg)
     problem = content_problem(msg_type, content)
     if problem is not None:
         raise Refused(problem)
     return Request(channel, wire, content, digest=digest(wire, signed) if msg_type == "execute_request" else "")
 
 
-def digest(wire, signed: bool) -> str:
+def digest(wire: Wire, signed: bool) -> str:
     """What makes an execute this message and no other (semantics 9): its msg_id alone does not,
     since jupyter_client's `Session.clone()` starts every new client's message counter again.
 
@@ -139,7 +154,7 @@ def _nests(raw: bytes) -> bool:
     return raw.count(b"[") + raw.count(b"{") > MAX_NESTING
 
 
-def _too_deep(value) -> bool:
+def _too_deep(value: object) -> bool:
     """Whether decoded JSON nests deeper than `MAX_NESTING`; walked without recursion."""
     level = [value]  # after k rounds: what sits inside k containers
     for _ in range(MAX_NESTING):
@@ -150,7 +165,7 @@ def _too_deep(value) -> bool:
     return any(isinstance(v, (dict, list)) for v in level)
 
 
-def _check_dates(value) -> None:
+def _check_dates(value: object) -> None:
     """Raise ValueError for a string that jupyter_client's `extract_dates` takes for a date (the
     ISO 8601 pattern) and cannot parse; ipykernel runs it on both headers of every message.
 
@@ -170,7 +185,7 @@ def _check_dates(value) -> None:
             _check_dates(item)
 
 
-def content_problem(msg_type: str, content: dict) -> str | None:
+def content_problem(msg_type: str, content: dict[str, Any]) -> str | None:
     """Why a request's content cannot be served, or None when it can."""
     required = _REQUIRED.get(msg_type, ())
     for name in required:

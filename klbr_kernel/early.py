@@ -22,7 +22,8 @@ from __future__ import annotations
 
 import json
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Any
 
 import zmq
 
@@ -50,7 +51,7 @@ _SIZE_OPTION = "KlbrKernelApp.max_message_size"
 _KINDS = {"shell": zmq.ROUTER, "control": zmq.ROUTER, "stdin": zmq.ROUTER, "iopub": zmq.XPUB}
 
 
-def channel_url(info: dict, channel: str) -> str:
+def channel_url(info: dict[str, Any], channel: str) -> str:
     """The address to bind for `channel`, for tcp and ipc transports (jupyter_client's convention)."""
     transport, ip, port = info.get("transport", "tcp"), info["ip"], info[f"{channel}_port"]
     if transport == "ipc":
@@ -121,21 +122,22 @@ class BindError(Exception):
     the client picking it and the kernel binding it); the text names the channel and the address."""
 
 
-def _bind(sock: zmq.Socket, name: str, url: str) -> None:
+def _bind(sock: zmq.Socket[bytes], name: str, url: str) -> None:
     try:
         sock.bind(url)
     except zmq.ZMQError as e:
-        raise BindError(f"{name} cannot be bound at {url}: {e.strerror}") from None
+        msg = f"{name} cannot be bound at {url}: {e.strerror}"
+        raise BindError(msg) from None
 
 
-def bind(info: dict, context: zmq.Context, max_message_size: int = MAX_MESSAGE_SIZE
-         ) -> tuple[dict[str, zmq.Socket], Heartbeat]:
+def bind(info: dict[str, Any], context: zmq.Context[zmq.Socket[bytes]], max_message_size: int = MAX_MESSAGE_SIZE
+         ) -> tuple[dict[str, zmq.Socket[bytes]], Heartbeat]:
     """Bind the frontend's four channels and start answering heartbeats; all five are CURVE
     servers when the connection file carries curve keys (see `encryption`). Every socket takes
     frames up to a size (a longer one disconnects its sender): `max_message_size` on shell,
     control and stdin, a few KiB on iopub and the heartbeat."""
     server_keys = encryption.keys(info)
-    sockets: dict[str, zmq.Socket] = {}
+    sockets: dict[str, zmq.Socket[bytes]] = {}
     try:
         for name, kind in _KINDS.items():
             sock = context.socket(kind)
@@ -163,7 +165,8 @@ def bind(info: dict, context: zmq.Context, max_message_size: int = MAX_MESSAGE_S
         try:
             heartbeat = Heartbeat(context, channel_url(info, "hb"), server_keys)
         except zmq.ZMQError as e:
-            raise BindError(f"hb cannot be bound at {channel_url(info, 'hb')}: {e.strerror}") from None
+            msg = f"hb cannot be bound at {channel_url(info, 'hb')}: {e.strerror}"
+            raise BindError(msg) from None
     except BaseException:
         for sock in sockets.values():
             sock.close(linger=0)
@@ -175,7 +178,7 @@ def bind(info: dict, context: zmq.Context, max_message_size: int = MAX_MESSAGE_S
 class Bound:
     """What the `Frontend` takes over: the sockets, the heartbeat, and what the thread read."""
 
-    def __init__(self, sockets: dict[str, zmq.Socket], heartbeat: Heartbeat, session_id: str,
+    def __init__(self, sockets: dict[str, zmq.Socket[bytes]], heartbeat: Heartbeat, session_id: str,
                  max_message_size: int):
         self.sockets = sockets
         self.max_message_size = max_message_size  # what shell, control and stdin were bound with
@@ -187,7 +190,7 @@ class Bound:
 
 
 class _Responder(threading.Thread):
-    def __init__(self, bound: Bound, info: dict, context: zmq.Context):
+    def __init__(self, bound: Bound, info: dict[str, Any], context: zmq.Context[zmq.Socket[bytes]]):
         super().__init__(name="klbr-early", daemon=True)
         self._bound = bound
         self._signer = protocol.Signer(info.get("key", "").encode(), info.get("signature_scheme", "hmac-sha256"))
@@ -272,14 +275,16 @@ class _Responder(threading.Thread):
         if topic is not None:
             self._publish("iopub_welcome", {"subscription": topic.decode()}, {}, topic=topic or None)
 
-    def _publish(self, msg_type: str, content: dict, parent: dict, topic: bytes | None = None) -> None:
+    def _publish(self, msg_type: str, content: dict[str, Any], parent: dict[str, Any], topic: bytes | None = None
+                 ) -> None:
         prefix = topic or f"kernel.klbr.{msg_type}".encode()
         try:  # a subscriber that reads nothing must not stall the start: this status is dropped
             self._bound.sockets["iopub"].send_multipart([prefix, *self._message(msg_type, content, parent)], zmq.NOBLOCK)
         except zmq.Again:
             pass
 
-    def _message(self, msg_type: str, content: dict, parent: dict, metadata: dict | None = None) -> list[bytes]:
+    def _message(self, msg_type: str, content: dict[str, Any], parent: dict[str, Any],
+                 metadata: dict[str, Any] | None = None) -> list[bytes]:
         header = {"msg_id": prelaunch.new_id(), "session": self._bound.session_id, "username": "kernel",
                   "date": _now(), "msg_type": msg_type, "version": PROTOCOL_VERSION}
         parts = [json.dumps(part).encode() for part in (header, parent, metadata or {}, content)]
@@ -287,7 +292,7 @@ class _Responder(threading.Thread):
 
 
 def _now() -> str:
-    return datetime.now(timezone.utc).isoformat().replace("+00:00", "Z")
+    return datetime.now(UTC).isoformat().replace("+00:00", "Z")
 
 
 _bound: Bound | None = None
@@ -302,12 +307,14 @@ def start(argv: list[str], session_id: str | None = None) -> None:
     the first, and the `Frontend` binds (or reports the failure) itself."""
     global _bound, _responder
     path = prelaunch.connection_file_arg(argv)
+    if path is None:
+        return  # the app says -f is required
     try:
         with open(path) as f:
             info = json.load(f)
         if prelaunch.connection_problem(info) or encryption.problem(info):
             return  # the app refuses to start, and says why
-        context = zmq.Context.instance()
+        context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         size = max_message_size(argv)
         sockets, heartbeat = bind(info, context, size)
     except (OSError, TypeError, ValueError, KeyError, zmq.ZMQError, BindError):  # no file, bad JSON, port taken
@@ -333,6 +340,7 @@ def take() -> Bound | None:
     global _bound, _responder
     if _bound is None:
         return None
+    assert _responder is not None  # started with `_bound`
     _responder.stop()
     taken, _bound, _responder = _bound, None, None
     return taken

@@ -17,16 +17,18 @@ Standard library and pyzmq only: the early front (`early.bind`) imports it.
 
 from __future__ import annotations
 
+from typing import Any
+
 import zmq
 
 KEYS = ("curve_publickey", "curve_secretkey")
 
 
-def _given(info: dict, name: str) -> bool:
+def _given(info: dict[str, Any], name: str) -> bool:
     return info.get(name) not in (None, "")
 
 
-def problem(info: dict) -> str | None:
+def problem(info: dict[str, Any]) -> str | None:
     """Why the connection file's curve keys cannot be served, or None (also when it has none).
 
     Called by the app before anything is bound (and by the early front, which then binds nothing);
@@ -52,7 +54,7 @@ def problem(info: dict) -> str | None:
     return None
 
 
-def keys(info: dict) -> tuple[bytes, bytes] | None:
+def keys(info: dict[str, Any]) -> tuple[bytes, bytes] | None:
     """The server's (public, secret) key in the connection file, or None: plaintext. Only for a
     file `problem` found nothing wrong with."""
     if not all(_given(info, name) for name in KEYS):
@@ -60,7 +62,7 @@ def keys(info: dict) -> tuple[bytes, bytes] | None:
     return info["curve_publickey"].encode(), info["curve_secretkey"].encode()
 
 
-def serve(sock: zmq.Socket, server_keys: tuple[bytes, bytes] | None) -> None:
+def serve(sock: zmq.Socket[bytes], server_keys: tuple[bytes, bytes] | None) -> None:
     """Make `sock` a CURVE server with `server_keys` (nothing for None). Before its bind: libzmq
     copies a socket's options into each listener when it is bound."""
     if server_keys is None:

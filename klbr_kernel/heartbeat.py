@@ -18,7 +18,7 @@ PING_MAX = 4096
 
 
 class Heartbeat(threading.Thread):
-    def __init__(self, context: zmq.Context, url: str, server_keys: tuple[bytes, bytes] | None = None):
+    def __init__(self, context: zmq.Context[zmq.Socket[bytes]], url: str, server_keys: tuple[bytes, bytes] | None = None):
         """`server_keys`: the connection file's curve keys, which make the socket a CURVE server."""
         super().__init__(name="klbr-heartbeat", daemon=True)
         self._context = context

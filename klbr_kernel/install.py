@@ -7,6 +7,7 @@ import os
 import shutil
 import sys
 import tempfile
+from typing import Any
 
 import zmq
 from jupyter_client.kernelspec import KernelSpecManager
@@ -14,14 +15,14 @@ from jupyter_client.kernelspec import KernelSpecManager
 LOGOS = ("logo-32x32.png", "logo-64x64.png")
 
 
-def kernel_json(display_name: str = "Python 3 (klbr)", placement: str = "") -> dict:
+def kernel_json(display_name: str = "Python 3 (klbr)", placement: str = "") -> dict[str, Any]:
     """The spec `install` writes. It offers CurveZMQ (jupyter_client's `transport_encryption` then
     provisions keys) only when this interpreter's pyzmq has CURVE: the spec runs this interpreter,
     so what is checked here is what the kernel will have. (The spec the wheel ships, for an
     interpreter not known when it is built, offers no encryption.) `placement`, if any, goes on the
     kernel's command line: an ssh:// one then connects while the kernel starts (see
     `klbr_supervisor.boot.prelaunch`)."""
-    metadata: dict = {"debugger": True}
+    metadata: dict[str, Any] = {"debugger": True}
     if zmq.has("curve"):
         metadata["supported_encryption"] = ["curve"]
     where = [f"--Supervisor.placement={placement}"] if placement else []
@@ -36,7 +37,7 @@ def kernel_json(display_name: str = "Python 3 (klbr)", placement: str = "") -> d
 
 def _shipped_logos() -> list[str]:
     """The logos `pip install` put into this environment's share/jupyter/kernels/klbr, if any."""
-    found = []
+    found: list[str] = []
     for base in (os.path.join(sys.prefix, "share", "jupyter", "kernels", "klbr"),
                  os.path.join(os.path.dirname(os.path.dirname(__file__)), "kernelspec")):
         for logo in LOGOS:

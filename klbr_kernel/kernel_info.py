@@ -9,6 +9,7 @@ from __future__ import annotations
 import importlib.util
 import platform
 import sys
+from typing import Any
 
 from ._version import __version__
 
@@ -28,7 +29,8 @@ _OWN_LANGUAGE_INFO = {
 }
 
 
-def kernel_info_content(worker_info: dict | None, generation: int | None, placement: str) -> dict:
+def kernel_info_content(worker_info: dict[str, Any] | None, generation: int | None, placement: str
+                        ) -> dict[str, Any]:
     """`worker_info` is the worker's own kernel_info reply content, once it has given one."""
     worker_info = worker_info or {}
     language_info = worker_info.get("language_info") or _OWN_LANGUAGE_INFO

@@ -57,26 +57,33 @@ def line_magics(code: str) -> list[Magic] | None:
     """
     lines = [line.strip() for line in code.splitlines()]
     lines = [line for line in lines if line and not line.startswith("#")]
-    if not lines or not all(_LINE.match(line) for line in lines):
+    matches = [match for match in map(_LINE.match, lines) if match is not None]
+    if not lines or len(matches) < len(lines):
         return None
     magics = []
-    for line in lines:
-        words = (_LINE.match(line).group("rest") or "").split()
+    for match in matches:
+        words = (match.group("rest") or "").split()
         if not words:
-            raise MagicError(f"%klbr needs a command: {', '.join(COMMANDS)}")
+            msg = f"%klbr needs a command: {', '.join(COMMANDS)}"
+            raise MagicError(msg)
         command, args = words[0], tuple(words[1:])
         if command not in COMMANDS:
-            raise MagicError(f"unknown %klbr command {command!r}; known: {', '.join(COMMANDS)}")
+            msg = f"unknown %klbr command {command!r}; known: {', '.join(COMMANDS)}"
+            raise MagicError(msg)
         if command == "timeout":
             if len(args) != 1:
-                raise MagicError("usage: %klbr timeout SECONDS   (0 = no limit)")
+                msg = "usage: %klbr timeout SECONDS   (0 = no limit)"
+                raise MagicError(msg)
             _seconds(args[0])
         elif command in ("status", "restart", "reconnect") and args:
-            raise MagicError(f"%klbr {command} takes no arguments")
+            msg = f"%klbr {command} takes no arguments"
+            raise MagicError(msg)
         elif command == "placement" and len(args) > 1:
-            raise MagicError("usage: %klbr placement [SPEC]")
+            msg = "usage: %klbr placement [SPEC]"
+            raise MagicError(msg)
         elif command == "history" and (len(args) > 1 or (args and not args[0].isdigit())):
-            raise MagicError("usage: %klbr history [N]")
+            msg = "usage: %klbr history [N]"
+            raise MagicError(msg)
         elif command == "replay":
             replay_spec(args)
         magics.append(Magic(command, args))
@@ -90,7 +97,8 @@ def cell_timeout(code: str) -> tuple[float, str] | None:
     first, _, body = code.partition("\n")
     match = _CELL.match(first.strip())
     if not match:
-        raise MagicError("usage: %%klbr timeout=SECONDS   (the first line of a cell)")
+        msg = "usage: %%klbr timeout=SECONDS   (the first line of a cell)"
+        raise MagicError(msg)
     return _seconds(match.group("seconds")), body
 
 
@@ -98,7 +106,9 @@ def _seconds(text: str) -> float:
     try:
         seconds = float(text)
     except ValueError:
-        raise MagicError(f"not a number of seconds: {text!r}") from None
+        msg = f"not a number of seconds: {text!r}"
+        raise MagicError(msg) from None
     if seconds < 0 or seconds != seconds or seconds == float("inf"):
-        raise MagicError(f"seconds must be 0 (no limit) or more: {text!r}")
+        msg = f"seconds must be 0 (no limit) or more: {text!r}"
+        raise MagicError(msg)
     return seconds

@@ -14,6 +14,9 @@ Called by the app, once, before the supervisor exists.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from typing import Any
+
 from jupyter_client.connect import ConnectionFileMixin
 from traitlets.config import Config
 from traitlets.config.loader import DeferredConfigList
@@ -30,7 +33,8 @@ def own_sections(*classes: type) -> frozenset[str]:
     return frozenset(base.__name__ for cls in classes for base in cls.mro() if base is not object)
 
 
-def names_not_ours(argv: list[str], flags: dict, aliases: dict) -> bool:
+def names_not_ours(argv: list[str], flags: Iterable[str | tuple[str, ...]], aliases: Iterable[str | tuple[str, ...]]
+                   ) -> bool:
     """Whether `argv` has an option named neither ``Class.trait`` nor one of klbr's flags and aliases:
     one that only ipykernel's tables can read. (A false yes costs only their import.)"""
     ours = {key for table in (flags, aliases) for keys in table
@@ -44,15 +48,17 @@ def names_not_ours(argv: list[str], flags: dict, aliases: dict) -> bool:
     return False
 
 
-def ipykernel_tables() -> tuple[dict, dict]:
+def ipykernel_tables() -> tuple[dict[str, Any], dict[str, Any]]:
     """ipykernel's own flags and aliases (its `IPKernelApp`'s), as the worker reads its command line."""
-    from ipykernel.kernelapp import IPKernelApp
+    from ipykernel.kernelapp import IPKernelApp  # noqa: PLC0415 — 50-150 ms, paid only by a line that needs it
 
     traits = IPKernelApp.class_traits()
-    return traits["flags"].default(), traits["aliases"].default()
+    flags, aliases = traits["flags"].default(), traits["aliases"].default()
+    assert isinstance(flags, dict) and isinstance(aliases, dict)  # what a Dict trait holds
+    return flags, aliases
 
 
-def _texts(value) -> list[str]:
+def _texts(value: object) -> list[str]:
     """A value traitlets read, as command-line text: what was typed, as it was typed, for an option
     (several for one given several times); a flag's value (a Python object) as traitlets reads it back."""
     if isinstance(value, DeferredConfigList):
@@ -70,7 +76,7 @@ def for_workers(cli_config: Config, own: frozenset[str]) -> tuple[list[str], lis
     options: list[str] = []
     withheld: list[str] = []
 
-    def walk(path: str, section) -> None:
+    def walk(path: str, section: dict[str, Any]) -> None:
         for key, value in section.items():
             if isinstance(value, (Config, dict)):
                 walk(f"{path}.{key}", value)

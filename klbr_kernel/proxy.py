@@ -22,12 +22,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_client.session import Session
+from traitlets.config import Configurable
 
 from klbr_supervisor.generation import Generation
 from klbr_supervisor.states import Ending
+from klbr_supervisor.store import StoreError
 from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.tasks import Tasks
 from klbr_supervisor.wire import Wire
@@ -51,14 +53,18 @@ from .states import PROXY_TRANSITIONS, Machine, ProxyState
 from .status import MagicCells
 from .stdin import StdinRelay
 
+if TYPE_CHECKING:
+    from klbr_supervisor.boot.prelaunch import Early
+
 log = logging.getLogger(__name__)
 
 
 class Proxy:
     """Created by the app with the frontend's connection info; `run` serves until shutdown."""
 
-    def __init__(self, info: dict, session: Session, parent=None, notebook: str | None = None,
-                 max_message_size: int = MAX_MESSAGE_SIZE, worker_options: tuple[str, ...] = (), first_worker=None):
+    def __init__(self, info: dict[str, Any], session: Session, parent: Configurable | None = None,
+                 notebook: str | None = None, max_message_size: int = MAX_MESSAGE_SIZE,
+                 worker_options: tuple[str, ...] = (), first_worker: Early | None = None):
         """`first_worker`: what `boot.prelaunch` started before the imports, for the supervisor."""
         self.session = session
         self.frontend = frontend = Frontend(info, session, self._frontend_message, max_message_size)
@@ -128,6 +134,7 @@ class Proxy:
 
     def start(self, work: Coroutine[Any, Any, Any], what: str, req: Request | None = None) -> None:
         """Background work (an interrupt, a shutdown, a `%klbr` cell); if it fails, `req` is answered."""
+        assert self._tasks is not None  # `run` made it, before anything can start work
         self._tasks.start(work, what, (lambda e: self.internal_error(req, e)) if req is not None else None)
 
     def internal_error(self, req: Request, exc: Exception) -> None:
@@ -139,7 +146,7 @@ class Proxy:
         in_flight = req is self.queue.inflight
         gen = req.generation
         abandoned = in_flight and req.awaits_idle and gen is not None and gen.alive
-        if abandoned:
+        if abandoned and gen is not None:
             # Its worker still runs it, and nothing here follows it any more: it is interrupted
             # (the ladder kills the worker if it does not stop), and the next request waits for it.
             self.queue.abandon(req, gen)
@@ -233,7 +240,8 @@ class Proxy:
             self.queue.take()
             self.answers.here(req, error=refusal)
             return True
-        if not self.current.alive:
+        generation = self.current.generation
+        if generation is None or not generation.alive:  # `current.alive`, with the generation at hand
             # None yet, or one that is ending (a restart asked for by cell code): the next is told
             # ready, and `pump` runs again then.
             self.supervisor.ensure_started()
@@ -242,14 +250,14 @@ class Proxy:
         if self.cell_log.is_cell(req) and self.cell_log.recording and req.record is None:
             # Durable before visible (semantics 3): the row commits before the worker sees it.
             req.move(Phase.RECORDING)
-            if self.cell_log.start(req, self.current.generation.number,
+            if self.cell_log.start(req, generation.number,
                                    self.guarded(req, lambda error: self._recorded(req, error))):
                 self._recorded(req, None)
         else:
             self.delivery.send(req)
         return False
 
-    def _recorded(self, req: Request, error) -> None:
+    def _recorded(self, req: Request, error: StoreError | None) -> None:
         """The cell's `running` row is committed (or could not be): now it may run."""
         if req.phase is not Phase.RECORDING:
             return  # answered meanwhile (shutdown)

@@ -64,7 +64,8 @@ class ShellQueue:
     def abandon(self, req: Request, generation: Generation) -> None:
         """The boundary answered `req`, in flight, while the worker of `generation` still runs it."""
         if req is not self.inflight:
-            raise IllegalMove(f"shell queue: {req.msg_id} is not the request in flight")
+            msg = f"shell queue: {req.msg_id} is not the request in flight"
+            raise IllegalMove(msg)
         self.inflight = None
         self.abandoned = (req.msg_id, generation)
         self._state.move(QueueState.ABANDONED, req.msg_id)
@@ -100,6 +101,7 @@ class ShellQueue:
     def _release(self, req: Request, why: str) -> None:
         """The request in flight is no longer: the queue is free."""
         if req is not self.inflight:
-            raise IllegalMove(f"shell queue: {req.msg_id} is not the request in flight")
+            msg = f"shell queue: {req.msg_id} is not the request in flight"
+            raise IllegalMove(msg)
         self.inflight = None
         self._state.move(QueueState.FREE, f"{req.msg_id} {why}")

@@ -15,7 +15,9 @@ them at once, also while another cell runs (that is when a reconnected notebook 
 from __future__ import annotations
 
 import asyncio
+import sqlite3
 from collections.abc import Callable
+from typing import Any
 
 from .cell_log import CellLog
 from .frontend import Frontend
@@ -23,7 +25,7 @@ from .magics import MagicError, ReplaySpec
 from .queue import ShellQueue
 from .requests import Request
 
-Show = Callable[[Request, str, dict], None]
+Show = Callable[[Request, str, dict[str, Any]], None]
 
 CHUNK = 2**20  # bytes of stream text per replayed message
 _WIDGET_VIEW = "application/vnd.jupyter.widget-view+json"
@@ -44,16 +46,16 @@ def stream_chunks(text: str, limit: int = CHUNK) -> list[str]:
     return chunks
 
 
-def _shown(data: dict) -> dict:
+def _shown(data: dict[str, Any]) -> dict[str, Any]:
     """What a replayed display shows: a widget's static fallback, not its view of a gone model."""
     if _WIDGET_VIEW in data and len(data) > 1:
         return {mime: value for mime, value in data.items() if mime != _WIDGET_VIEW}
     return data
 
 
-def messages(outputs: list[dict]) -> list[tuple[str, dict]]:
+def messages(outputs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
     """The iopub messages that show `outputs` (nbformat-shaped, see `queries.rendered_outputs`)."""
-    out: list[tuple[str, dict]] = []
+    out: list[tuple[str, dict[str, Any]]] = []
     for output in outputs:
         kind = output["output_type"]
         if kind == "stream":
@@ -68,18 +70,18 @@ def messages(outputs: list[dict]) -> list[tuple[str, dict]]:
     return out
 
 
-def header(row, *, running: bool, follow: bool, count: int | None = None) -> str:
+def header(row: sqlite3.Row, *, running: bool, follow: bool, count: int | None = None) -> str:
     """The line a replay starts with: which cell, which generation, when, how it ended (`count`: a
     running cell's, which its row gets only when it ends)."""
     count = row["execution_count"] if count is None else count
-    count = f"In [{count}]" if count is not None else "no In[n]"
+    label = f"In [{count}]" if count is not None else "no In[n]"
     when = row["started"][:19].replace("T", " ")
     if running:
         how = "still running: its outputs so far" + (", then the rest as they come" if follow else "")
     else:
         finished = (row["finished"] or "")[11:19]
         how = f"ended {row['status']}" + (f" at {finished}" if finished else "")
-    text = (f"klbr replay: cell {row['id']} ({count} of session {row['session_id']}, generation "
+    text = (f"klbr replay: cell {row['id']} ({label} of session {row['session_id']}, generation "
             f"{row['generation'] if row['generation'] is not None else '-'}), started {when} UTC, {how}.")
     if row["outputs_truncated"]:
         text += f" The log kept only part of its {row['output_bytes']} bytes of output (Store.max_output_bytes)."
@@ -89,13 +91,13 @@ def header(row, *, running: bool, follow: bool, count: int | None = None) -> str
 class Follower:
     """A replay cell relaying the outputs of the running cell it replays, until that cell ends."""
 
-    def __init__(self, replay: Request, publish):
+    def __init__(self, replay: Request, publish: Show):
         self.replay = replay
         self._publish = publish
-        self._pending: list[tuple[str, dict]] | None = []  # what came before the replay caught up
-        self.ended = asyncio.get_running_loop().create_future()
+        self._pending: list[tuple[str, dict[str, Any]]] | None = []  # what came before the replay caught up
+        self.ended: asyncio.Future[None] = asyncio.get_running_loop().create_future()
 
-    def output(self, msg_type: str, content: dict) -> None:
+    def output(self, msg_type: str, content: dict[str, Any]) -> None:
         """An output of the followed cell, as it is published (`Delivery`)."""
         if self._pending is not None:
             self._pending.append((msg_type, content))
@@ -123,22 +125,22 @@ class Replay:
         self._notebook = notebook
         self._show = show
 
-    def publish(self, req: Request, msg_type: str, content: dict) -> None:
+    def publish(self, req: Request, msg_type: str, content: dict[str, Any]) -> None:
         """A replayed output: shown as the replay cell's, not recorded again."""
         self._frontend.send_iopub(msg_type, content, req.header)
 
     async def run(self, req: Request, spec: ReplaySpec) -> None:
         cell_log = self._cell_log
         if not cell_log.recording:
-            raise MagicError("the cell log is not available in this session: there is nothing to replay")
+            msg = "the cell log is not available in this session: there is nothing to replay"
+            raise MagicError(msg)
         live = self._queue.inflight
-        if live is None or live.record is None or not live.with_worker:
-            live = None
+        record = live.record if live is not None and live.with_worker else None  # a cell running on a worker
         follower, before = None, None
-        if live is not None:
+        if live is not None and record is not None:
             # What it has recorded so far is read from the log; what it prints from now on, the
             # follower relays, so nothing is shown twice or missed.
-            before = live.record.seq + 1
+            before = record.seq + 1
             if spec.follow:
                 follower = Follower(req, self.publish)
                 live.followers.append(follower)
@@ -147,18 +149,19 @@ class Replay:
             row = cell_log.replay_cell(self._notebook, cell_id=spec.cell_id, count=spec.count)
             if row is None:
                 raise MagicError(self._missing(spec))
-            running = live is not None and live.record.id == row["id"]
-            text = header(row, running=running, follow=follower is not None, count=live.count if running else None)
+            running = live if record is not None and record.id == row["id"] else None  # the cell replayed runs
+            text = header(row, running=running is not None, follow=follower is not None,
+                          count=running.count if running is not None else None)
             self._show(req, "stream", {"name": "stdout", "text": text})
-            for msg_type, content in messages(cell_log.replay_outputs(row["id"], before if running else None)):
+            for msg_type, content in messages(cell_log.replay_outputs(row["id"], before if running is not None else None)):
                 self.publish(req, msg_type, content)
-            if follower is not None and running:
+            if follower is not None and running is not None:
                 follower.caught_up()
                 await follower.ended
-                status = (live.reply_content or {}).get("status", "?")
+                status = (running.reply_content or {}).get("status", "?")
                 self._show(req, "stream", {"name": "stdout", "text": f"klbr replay: cell {row['id']} ended {status}.\n"})
         finally:
-            if follower is not None and follower in live.followers:
+            if follower is not None and live is not None and follower in live.followers:
                 live.followers.remove(follower)
 
     @staticmethod

@@ -4,7 +4,8 @@ to an execute it already took, which is never run twice (DESIGN.md semantics 1, 
 from __future__ import annotations
 
 import logging
-from datetime import datetime, timezone
+from datetime import UTC, datetime
+from typing import Any
 
 from jupyter_client.session import Session
 
@@ -24,7 +25,7 @@ class Replies:
         self.session = session
         self.cell_log = cell_log
         # An execute taken, with its digest: the request while it runs, then only its reply content.
-        self._executes: dict[tuple[str, str], tuple[str, Request | dict]] = {}
+        self._executes: dict[tuple[str, str], tuple[str, Request | dict[str, Any]]] = {}
         # Client sessions already warned of a msg_id reused: later reuses are logged at info.
         self._reusers: set[str] = set()
 
@@ -51,21 +52,21 @@ class Replies:
                 f"read them fast enough; {where}.\n")
         self.frontend.send_iopub("stream", {"name": "stderr", "text": text}, req.header, keep=True)
 
-    def reply(self, req: Request, content: dict) -> None:
+    def reply(self, req: Request, content: dict[str, Any]) -> None:
         """Send the proxy's own reply to the frontend that asked (`orphaned` if it is gone)."""
         req.reply_content = content
         self.replied(req)
         if not self._send(req, content):
             req.orphaned = True
 
-    def own(self, req: Request, content: dict | None) -> None:
+    def own(self, req: Request, content: dict[str, Any] | None) -> None:
         """The whole bracket at once: busy (unless already sent), the reply if there is one, idle."""
         self.busy(req)
         if content is not None:
             self.reply(req, content)
         self.idle(req)
 
-    def refuse(self, req: Request, content: dict | None) -> None:
+    def refuse(self, req: Request, content: dict[str, Any] | None) -> None:
         """The bracket and error reply for a message the door did not let in (never remembered)."""
         self.busy(req)
         if content is not None:
@@ -132,10 +133,10 @@ class Replies:
                 "client whose message counter started again, as jupyter_client's Session.clone() does for "
                 "every KernelManager.client()): it is a new cell, and runs", req.msg_id, client)
 
-    def _send(self, req: Request, content: dict) -> bool:
+    def _send(self, req: Request, content: dict[str, Any]) -> bool:
         reply_type = req.msg_type.rsplit("_", 1)[0] + "_reply"
         metadata = {
-            "started": datetime.now(timezone.utc).isoformat(),
+            "started": datetime.now(UTC).isoformat(),
             "dependencies_met": True,
             "engine": self.session.session,
             "status": content.get("status"),
@@ -143,7 +144,7 @@ class Replies:
         return self.frontend.reply(req.channel, req.idents, reply_type, content, req.header, metadata)
 
 
-def _unfinished(msg_id: str, status: str) -> dict:
+def _unfinished(msg_id: str, status: str) -> dict[str, Any]:
     """The answer to an execute taken before whose outcome was never recorded (its kernel died)."""
     text = (f"this execute ({msg_id}) was taken before, by a kernel that ended before its outcome was "
             f"recorded (it is {status!r} in the cell log): it is not run again")

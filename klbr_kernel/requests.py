@@ -25,7 +25,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from klbr_supervisor.store import CellRecord
 from klbr_supervisor.wire import Wire
@@ -33,9 +33,12 @@ from klbr_supervisor.wire import Wire
 from .states import ENDED_BY_BOUNDARY, TRANSITIONS, WITH_WORKER, IllegalMove, Phase
 
 if TYPE_CHECKING:
+    import zmq
+
     from klbr_supervisor.generation import Generation
 
     from .magics import Magic
+    from .replay import Follower
 
 __all__ = ["CONTROL_REPLIES", "OWN", "QUEUED", "SUBSHELL", "TRANSITIONS", "WITH_WORKER", "Commit", "IllegalMove",
            "Phase", "Request"]
@@ -63,12 +66,14 @@ class Commit:
 
     def begin(self, output_bytes: int) -> None:
         if self.running:
-            raise IllegalMove("an outcome commit began while another was in flight")
+            msg = "an outcome commit began while another was in flight"
+            raise IllegalMove(msg)
         self.running, self.covered = True, output_bytes
 
     def landed(self) -> None:
         if not self.running:
-            raise IllegalMove("an outcome commit landed that never began")
+            msg = "an outcome commit landed that never began"
+            raise IllegalMove(msg)
         self.running = False
 
     def covers(self, output_bytes: int) -> bool:
@@ -82,14 +87,14 @@ class Request:
 
     channel: str
     wire: Wire
-    content: dict = field(default_factory=dict)
+    content: dict[str, Any] = field(default_factory=dict)
     digest: str = ""  # an execute's: what tells it from another with the same msg_id (`door.digest`)
     phase: Phase = Phase.QUEUED  # changed only by `move`
     generation: Generation | None = None  # where it was sent
     tries: int = 0  # times it was sent to a worker (2: retried after a loss, semantics 8)
     busy_sent: bool = False  # the frontend has had busy for it (once, also across a retry)
     reply_sent: bool = False  # the frontend has had its reply
-    reply_content: dict | None = None  # the reply the frontend gets (kept for the store and resends)
+    reply_content: dict[str, Any] | None = None  # the reply the frontend gets (kept for the store and resends)
     outcome: str | None = None  # the store status of an answer the proxy wrote itself (`cell_status`)
     interrupted: bool = False  # klbr interrupted its worker while it ran (interrupt_request, SIGINT)
     held: list[Callable[[], object]] = field(default_factory=list)  # sends held until it is released
@@ -101,9 +106,9 @@ class Request:
     body: str | None = None  # the code after a `%%klbr` first line
     record: CellRecord | None = None  # its row in the store, once it is a recorded cell
     commit: Commit = field(default_factory=Commit)  # its outcome's, once it is a recorded cell
-    own_outputs: list = field(default_factory=list)  # outputs the proxy gave a cell it answered itself
-    duplicates: list = field(default_factory=list)  # resent copies waiting for its reply
-    followers: list = field(default_factory=list)  # `%klbr replay --follow` cells relaying its outputs
+    own_outputs: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # outputs the proxy gave a cell it answered itself
+    duplicates: list[Request] = field(default_factory=list)  # resent copies waiting for its reply
+    followers: list[Follower] = field(default_factory=list)  # `%klbr replay --follow` cells relaying its outputs
     unseen: int = 0  # its outputs published while no frontend was subscribed to iopub
     orphaned: bool = False  # its reply found the frontend that sent it gone
 
@@ -115,7 +120,8 @@ class Request:
         else:
             legal = to in TRANSITIONS[self.phase]
         if not legal:
-            raise IllegalMove(f"{self.msg_type} {self.msg_id}: {self.phase.value} -> {to.value}")
+            msg = f"{self.msg_type} {self.msg_id}: {self.phase.value} -> {to.value}"
+            raise IllegalMove(msg)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("request %s %s: %s -> %s%s", self.msg_type, self.msg_id, self.phase.value, to.value,
                       " (the error boundary)" if by_boundary else "")
@@ -155,11 +161,11 @@ class Request:
         return self.wire.msg_id
 
     @property
-    def header(self) -> dict:
+    def header(self) -> dict[str, Any]:
         return self.wire.header
 
     @property
-    def idents(self) -> list:
+    def idents(self) -> list[zmq.Frame | bytes]:
         return self.wire.prefix
 
     @property

@@ -24,7 +24,7 @@ from typing import Generic, TypeVar
 log = logging.getLogger(__name__)
 
 
-class IllegalMove(RuntimeError):
+class IllegalMove(RuntimeError):  # noqa: N818 — named for what happened, as the tables name moves
     """A move a state machine does not make: a bug in klbr."""
 
 
@@ -106,7 +106,7 @@ S = TypeVar("S", bound=enum.Enum)
 class Machine(Generic[S]):
     """A state and its one door, `move`: for the proxy's, the queue's and the link's state."""
 
-    __slots__ = ("what", "state", "_table")
+    __slots__ = ("_table", "state", "what")
 
     def __init__(self, what: str, table: Mapping[S, frozenset[S]], state: S):
         self.what = what
@@ -115,7 +115,8 @@ class Machine(Generic[S]):
 
     def move(self, to: S, why: str) -> None:
         if to not in self._table[self.state]:
-            raise IllegalMove(f"{self.what}: {self.state.value} -> {to.value} ({why})")
+            msg = f"{self.what}: {self.state.value} -> {to.value} ({why})"
+            raise IllegalMove(msg)
         if log.isEnabledFor(logging.DEBUG):
             log.debug("%s: %s -> %s (%s)", self.what, self.state.value, to.value, why)
         self.state = to

@@ -10,14 +10,15 @@ Each socket has a monitor, and its events are the exact signals the generation n
 - a disconnect says everything the worker wrote on that channel has been read: libzmq reads a
   connection to its end before it reports it closed. So when the worker's process is gone, `drain`
   waits for exactly that on every connected channel, then delivers what is queued (DESIGN.md
-  semantics 7): no settling time, and nothing in flight is lost (issue I, defect 4).
+  semantics 7): no settling time, and nothing in flight is lost.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import zmq
 from jupyter_client.session import Session
@@ -34,8 +35,9 @@ _EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
 class WorkerChannels:
     """Created by a `Generation` once its worker is launched; closed when the generation ends."""
 
-    def __init__(self, name: str, context: zmq.Context, session: Session,
-                 on_message: Callable[[str, list], None], on_change: Callable[[], None], log: logging.Logger):
+    def __init__(self, name: str, context: zmq.Context[zmq.Socket[bytes]], session: Session,
+                 on_message: Callable[[str, list[zmq.Frame]], None], on_change: Callable[[], None],
+                 log: logging.Logger):
         """`on_message(channel, frames)` receives every message from the worker, on the loop;
         `on_change()` is called whenever a channel connects or disconnects."""
         self._name = name
@@ -71,16 +73,14 @@ class WorkerChannels:
                 # shell and stdin must share one (as jupyter_client's clients do).
                 sock.setsockopt(zmq.IDENTITY, self._session.bsession)
             monitor = sock.get_monitor_socket(_EVENTS)
-            self._monitors[name] = Channel(f"{self._name}.{name}-monitor", monitor,
-                                           lambda frames, n=name: self._event(n, frames))
+            self._monitors[name] = Channel(f"{self._name}.{name}-monitor", monitor, partial(self._event, name))
             sock.connect(endpoints[name])
-            self._channels[name] = Channel(f"{self._name}.{name}", sock,
-                                           lambda frames, n=name: self._on_message(n, frames))
+            self._channels[name] = Channel(f"{self._name}.{name}", sock, partial(self._on_message, name))
 
     def connected(self, channel: str) -> bool:
         return channel in self._connected
 
-    def send(self, channel: str, frames: list) -> bool:
+    def send(self, channel: str, frames: Sequence[bytes | zmq.Frame]) -> bool:
         ch = self._channels.get(channel)
         return ch is not None and ch.send(frames)
 
@@ -119,7 +119,7 @@ class WorkerChannels:
         for ch in self._channels.values():
             ch.close()
 
-    def _event(self, channel: str, frames: list) -> None:
+    def _event(self, channel: str, frames: list[zmq.Frame]) -> None:
         event = parse_monitor_message([frame.bytes for frame in frames])["event"]
         if event == zmq.EVENT_HANDSHAKE_SUCCEEDED:
             self._connected.add(channel)

@@ -22,9 +22,9 @@ def describe_exit(returncode: int | None) -> str:
         return f"exited with status {returncode}"
     signum = -returncode
     try:
-        name = signal.Signals(signum).name
+        sig = signal.Signals(signum)
     except ValueError:
         return f"killed by signal {signum}"
-    if signum in _PLAIN:
-        return f"{_PLAIN[signum]} ({name})"
-    return f"killed by signal {signum} ({name})"
+    if sig in _PLAIN:
+        return f"{_PLAIN[sig]} ({sig.name})"
+    return f"killed by signal {signum} ({sig.name})"

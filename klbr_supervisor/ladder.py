@@ -85,9 +85,11 @@ class CellWatch:
         cell = self.cell
         if cell is not None and cell.generation is gen and not cell.interrupted:
             cell.interrupted = True
+            assert self.tasks is not None  # the supervisor's group runs before any cell is sent
             self.tasks.start(self._kill_unless_finished(cell, EndReason.KILLED), "the interrupt ladder")
 
     def _deadline_passed(self, cell: RunningCell) -> None:
+        assert cell.deadline is not None and self.tasks is not None  # it rang; the supervisor's group runs
         self.log.warning("cell %s passed its deadline of %.0f s", cell.msg_id, cell.deadline.seconds)
         cell.timed_out = True
         cell.interrupted = True

@@ -13,13 +13,14 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
+from typing import Any
 
 import zmq
 
 from .sockets import Channel
 
 
-def endpoint(info: dict, channel: str) -> str:
+def endpoint(info: dict[str, Any], channel: str) -> str:
     """The URL of a worker's `channel` from its connection info (ipc here; tcp from a provisioner)."""
     port = info[f"{channel}_port"]
     if info.get("transport", "tcp") == "ipc":
@@ -28,7 +29,7 @@ def endpoint(info: dict, channel: str) -> str:
 
 
 class LinkWatch:
-    def __init__(self, name: str, context: zmq.Context, heartbeat: str, timeout: float,
+    def __init__(self, name: str, context: zmq.Context[zmq.Socket[bytes]], heartbeat: str, timeout: float,
                  on_lost: Callable[[float], None]):
         """Pings `heartbeat` from now on; `on_lost(seconds_silent)` is called once, on the loop."""
         sock = context.socket(zmq.DEALER)
@@ -44,7 +45,7 @@ class LinkWatch:
         self._loop = asyncio.get_running_loop()
         self._beat()
 
-    def heard(self, frames: list | None = None) -> None:
+    def heard(self, frames: list[zmq.Frame] | None = None) -> None:
         """Word from the worker: a heartbeat answer, or any message it sent."""
         self._heard_at = time.monotonic()
 

@@ -59,7 +59,7 @@ class Policy:
     poison_after: int = 2
     clock: Clock = time.monotonic
     session_timeout: float | None = None  # %klbr timeout; None falls back to cell_timeout
-    _restarts: deque = field(default_factory=deque)
+    _restarts: deque[float] = field(default_factory=deque)
     _poison_digest: str | None = None
     _poison_count: int = 0
 

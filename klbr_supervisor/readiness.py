@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Any
 
 from jupyter_client.session import Session
 
@@ -29,7 +30,7 @@ class Readiness:
         self._log = log
         self._loop = asyncio.get_running_loop()
         self.ready: asyncio.Future[None] = self._loop.create_future()
-        self.kernel_info: dict = {}
+        self.kernel_info: dict[str, Any] = {}
         self.own_ids: set[str] = set()  # msg_ids of the generation's own requests
         self._asked: dict[str, asyncio.Future[Wire]] = {}  # those whose reply someone awaits
         self._iopub_seen = False
@@ -38,14 +39,15 @@ class Readiness:
         """Ask kernel_info; readiness is its reply plus proof that iopub is subscribed."""
         self.send_own(self._session.msg("kernel_info_request"))
 
-    def send_own(self, msg: dict) -> None:
+    def send_own(self, msg: dict[str, Any]) -> None:
         """Send a request of the generation's own on shell (its answers come back to `reply`)."""
         self.own_ids.add(msg["header"]["msg_id"])
         self._channels.send("shell", self._session.serialize(msg))
 
-    async def ask(self, msg: dict, timeout: float) -> Wire | None:
+    async def ask(self, msg: dict[str, Any], timeout: float) -> Wire | None:
         """Send a request of the generation's own and await its reply (None if none came in time)."""
-        answer = self._asked[msg["header"]["msg_id"]] = self._loop.create_future()
+        answer: asyncio.Future[Wire] = self._loop.create_future()
+        self._asked[msg["header"]["msg_id"]] = answer
         self.send_own(msg)
         try:
             async with asyncio.timeout(timeout):
@@ -53,7 +55,9 @@ class Readiness:
         except TimeoutError:
             return None
         except asyncio.CancelledError:
-            if asyncio.current_task().cancelling():
+            task = asyncio.current_task()
+            assert task is not None  # a coroutine runs in one
+            if task.cancelling():
                 raise  # the task itself is cancelled
             return None  # the generation ended: no answer will come
         finally:

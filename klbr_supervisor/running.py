@@ -66,6 +66,7 @@ class RunningCell:
     def _ring(self) -> None:
         if self.finished.is_set() or self.timed_out:
             return
+        assert self.deadline is not None  # armed only with one
         if self.deadline.remaining() > 0:  # resumed after a pause: not yet
             self._arm()
             return

@@ -3,7 +3,7 @@
 A task of an `asyncio.TaskGroup` that raises cancels the whole group, and for the proxy or the
 supervisor that means the kernel exits. `Tasks.start` runs a coroutine in the group behind a guard:
 an exception is logged with its traceback and handed to `on_error` (which answers the request the work
-was for, if any), and the kernel keeps serving (issue I, defect 1).
+was for, if any), and the kernel keeps serving.
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ class Tasks:
         self._log = log
 
     def start(self, work: Coroutine[Any, Any, Any], what: str,
-              on_error: Callable[[Exception], None] | None = None) -> asyncio.Task:
+              on_error: Callable[[Exception], None] | None = None) -> asyncio.Task[None]:
         """Run `work` in the group; `what` names it in the log if it fails."""
         return self._group.create_task(self._guarded(work, what, on_error))
 

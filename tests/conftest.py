@@ -97,7 +97,7 @@ def start_kernel(name: str = "klbr", extra_arguments: list[str] | None = None, e
     if env is not None:
         kw["env"] = {**os.environ, **env}
     if log is not None:
-        kw["stderr"] = open(log, "w")
+        kw["stderr"] = open(log, "w")  # noqa: SIM115 — the kernel's stderr for as long as it runs
     km.start_kernel(extra_arguments=extra_arguments or [], **kw)
     kc = km.client()
     kc.start_channels(stdin=stdin)
@@ -270,7 +270,7 @@ def value(kc, expression: str, timeout: float = 30):
     reply, outputs = execute(kc, expression, timeout=timeout)
     assert reply["content"]["status"] == "ok", reply["content"]
     (text,) = results(outputs)
-    return eval(text)
+    return eval(text)  # noqa: S307 — the repr of a value the test's own cell computed
 
 
 def status_rows(kc) -> dict[str, str]:
@@ -283,13 +283,13 @@ def status_rows(kc) -> dict[str, str]:
 def status_table(text: str) -> dict[str, str]:
     """What `%klbr status` printed, row by row."""
     rows = [line.split(None, 1) for line in text.splitlines()]
-    return {k: v for k, v in (r if len(r) == 2 else (r[0], "") for r in rows)}
+    return dict(r if len(r) == 2 else (r[0], "") for r in rows)
 
 
 def wait_for_stream(kc, msg_id: str) -> None:
     """Until the cell `msg_id` has printed something (it runs)."""
-    while not (lambda m: m["parent_header"].get("msg_id") == msg_id and m["msg_type"] == "stream")(
-            kc.get_iopub_msg(timeout=30)):
+    while not ((m := kc.get_iopub_msg(timeout=30))["parent_header"].get("msg_id") == msg_id
+               and m["msg_type"] == "stream"):
         pass
 
 

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import nbformat
+from playwright.sync_api import expect, sync_playwright
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMIUM_ARGS = [
@@ -52,7 +53,7 @@ class Lab:
         self.base = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "JUPYTER_CONFIG_DIR": str(conf), "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
                "KLBR_DB": str(self.db)}
-        self._stderr = open(self.log, "w")
+        self._stderr = open(self.log, "w")  # noqa: SIM115 — the server's stderr; `close` closes it
         self.server = subprocess.Popen(
             [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={self.port}",
              "--ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
@@ -62,7 +63,7 @@ class Lab:
         deadline = time.monotonic() + 90
         while True:
             try:
-                urllib.request.urlopen(f"{self.base}/api/status?token={TOKEN}", timeout=2)
+                urllib.request.urlopen(f"{self.base}/api/status?token={TOKEN}", timeout=2)  # noqa: S310 — our server
                 break
             except OSError:
                 if time.monotonic() > deadline or self.server.poll() is not None:
@@ -77,8 +78,9 @@ class Lab:
         return f"{self.base}/lab/workspaces/w{self._workspaces}/tree/{notebook}?token={TOKEN}&reset"
 
     def api(self, path: str, method: str = "GET") -> Any:
-        request = urllib.request.Request(f"{self.base}/api/{path}?token={TOKEN}", method=method)
-        with urllib.request.urlopen(request, timeout=30) as response:
+        url = f"{self.base}/api/{path}?token={TOKEN}"
+        request = urllib.request.Request(url, method=method)  # noqa: S310 — our server
+        with urllib.request.urlopen(request, timeout=30) as response:  # noqa: S310 — our server
             body = response.read()
         return json.loads(body) if body else None
 
@@ -113,8 +115,6 @@ def notebook(root: Path, name: str, sources: list[str], minor: int = 5) -> Path:
 @contextmanager
 def chromium() -> Iterator[Any]:
     """A headless Debian chromium (Playwright cannot download a browser here)."""
-    from playwright.sync_api import sync_playwright
-
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
@@ -133,8 +133,6 @@ def open_notebook(browser: Any, lab: Lab, name: str, context: Any = None) -> Any
 
 
 def idle(page: Any) -> None:
-    from playwright.sync_api import expect
-
     expect(page.locator(".jp-Toolbar-kernelName").first).to_contain_text("klbr", timeout=90_000)
     expect(page.locator("[data-status='idle']").first).to_be_attached(timeout=90_000)
 

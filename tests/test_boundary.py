@@ -11,7 +11,7 @@ import time
 
 from conftest import collect, execute, start_kernel
 
-PLANTED = '''
+PLANTED = """
 import klbr_kernel.answers as answers
 import klbr_kernel.delivery as delivery
 import klbr_kernel.dispatch as dispatch
@@ -43,7 +43,7 @@ delivery.Delivery._execute_reply = execute_reply
 async def interrupt(self):
     planted("the interrupt")
 supervisor.Supervisor.interrupt = interrupt
-'''
+"""
 
 
 def _kernel(tmp_path):
@@ -100,7 +100,7 @@ def test_a_failing_interrupt_is_answered_and_the_kernel_keeps_serving(tmp_path):
         assert km.is_alive()
 
 
-PLANTED_OUTPUT = '''
+PLANTED_OUTPUT = """
 import klbr_kernel.delivery as delivery
 
 
@@ -114,7 +114,7 @@ def iopub(self, wire, req):
         planted("the output path")
     return _iopub(self, wire, req)
 delivery.Delivery._iopub = iopub
-'''
+"""
 
 
 def test_a_cell_answered_internal_error_mid_run_is_stopped_before_the_next_runs(tmp_path):

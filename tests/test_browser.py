@@ -10,11 +10,11 @@ import sys
 import time
 import urllib.request
 from contextlib import contextmanager
-
 from pathlib import Path
 
 import nbformat
 import pytest
+from playwright.sync_api import expect, sync_playwright
 
 from conftest import until
 
@@ -55,18 +55,18 @@ def jupyterlab(tmp_path):
          f"--IdentityProvider.token={token}", f"--ServerApp.root_dir={tmp_path}",
          "--ServerApp.iopub_data_rate_limit=1e10",  # the 10 MiB test prints past the default 1 MB/s
          "--LabApp.news_url=", "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
-        env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"),
+        env=env, stdout=subprocess.DEVNULL, stderr=open(tmp_path / "server.log", "w"),  # noqa: SIM115 — the server's
     )
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
         while True:
             try:
-                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)
+                urllib.request.urlopen(f"{base}/api/status?token={token}", timeout=2)  # noqa: S310 — our server
                 break
             except OSError:
                 if time.monotonic() > deadline or server.poll() is not None:
-                    raise RuntimeError((tmp_path / "server.log").read_text()[-3000:])
+                    raise RuntimeError((tmp_path / "server.log").read_text()[-3000:]) from None
                 time.sleep(0.2)
         yield base, token, tmp_path
     finally:
@@ -79,8 +79,6 @@ def jupyterlab(tmp_path):
 
 
 def test_shift_enter_in_jupyterlab_runs_on_klbr(jupyterlab):
-    from playwright.sync_api import expect
-
     base, token, root = jupyterlab
     with _notebook(base, token) as page:  # the kernel shows up by name and reaches idle
         _run_in_last_cell(page, "import os\nprint('answer from klbr:', 6 * 7)")
@@ -92,8 +90,6 @@ def test_shift_enter_in_jupyterlab_runs_on_klbr(jupyterlab):
 @contextmanager
 def _notebook(base, token):
     """The test notebook in JupyterLab in headless Chromium, its klbr kernel idle."""
-    from playwright.sync_api import sync_playwright
-
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=CHROMIUM, headless=True, args=CHROMIUM_ARGS)
         try:
@@ -107,8 +103,6 @@ def _notebook(base, token):
 
 
 def _idle(page) -> None:
-    from playwright.sync_api import expect
-
     expect(page.locator(".jp-Toolbar-kernelName").first).to_contain_text("klbr", timeout=60_000)
     expect(page.locator("[data-status='idle']").first).to_be_attached(timeout=60_000)
 
@@ -129,8 +123,6 @@ def _replay_cell(page):
 def test_reload_mid_cell_then_replay_brings_every_line_back(jupyterlab):
     """Lab's story of jupyterlab#2833: a tab reloaded while a cell prints loses what it printed. In
     klbr, `%klbr replay` in the new page shows every line, in order, once, after a notice saying so."""
-    from playwright.sync_api import expect
-
     base, token, root = jupyterlab
     reloaded = root / "reloaded"
     with _notebook(base, token) as page:
@@ -161,8 +153,6 @@ def test_reload_mid_cell_then_replay_brings_every_line_back(jupyterlab):
 
 def test_a_ten_mib_replay_renders_without_freezing_the_page(jupyterlab):
     """10 MiB of recorded output come back in messages of at most 1 MiB; the page keeps answering."""
-    from playwright.sync_api import expect
-
     base, token, root = jupyterlab
     with _notebook(base, token) as page:
         _run_in_last_cell(page, "import sys; _ = [sys.stdout.write(('%04d' % i) * 16384) or sys.stdout.flush() "

@@ -8,7 +8,6 @@ import signal
 import sqlite3
 
 from conftest import collect, execute, start_kernel, wait_for_stream, worker_pid
-
 from klbr_kernel.outcomes import ERRORS
 
 

@@ -12,8 +12,11 @@ import sys
 import uuid
 
 import nbformat
-from conftest import drain, execute, start_kernel
 from jupyter_client.session import Session
+
+from conftest import drain, execute, start_kernel
+from klbr_supervisor.store.queries import connect, export_notebook
+from klbr_supervisor.store.schema import MIGRATIONS, migrate
 
 HALTING = ("import os, time\nfor i in range({n}):\n    if i == {n} // 2:\n        while not os.path.exists({go!r}):\n"
            "            time.sleep(0.01)\n    print(f'line {{i}}', flush=True)")
@@ -295,9 +298,6 @@ def test_a_closed_comm_stops_following_and_other_clients_see_nothing_of_it(tmp_p
 
 
 def test_a_log_written_before_the_column_is_migrated_and_still_exports(tmp_path):
-    from klbr_supervisor.store.queries import connect, export_notebook
-    from klbr_supervisor.store.schema import MIGRATIONS, migrate
-
     db = tmp_path / "old.sqlite3"
     conn = sqlite3.connect(db, isolation_level=None)
     for statement in MIGRATIONS[0]:  # the schema as the kernel before this column wrote it

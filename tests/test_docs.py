@@ -13,6 +13,16 @@ from pathlib import Path
 
 import pytest
 
+from klbr_kernel.app import KlbrKernelApp
+from klbr_kernel.cli import KlbrKernelCommand
+from klbr_kernel.host import CODES
+from klbr_kernel.outcomes import ERRORS
+from klbr_supervisor.host import HostService
+from klbr_supervisor.states import EndReason
+from klbr_supervisor.store import Store
+from klbr_supervisor.store.schema import MIGRATIONS, migrate
+from klbr_supervisor.supervisor import Supervisor
+
 ROOT = Path(__file__).parent.parent
 DOCS = ROOT / "docs"
 README = ROOT / "README.md"
@@ -30,7 +40,7 @@ def _section(page: str, heading: str) -> str:
     """The text under `heading` (a line of its own) up to the next heading of its level or above."""
     level = heading.split(" ", 1)[0]
     start = page.index(f"\n{heading}\n")
-    ends = [m.start() for m in re.finditer(r"\n#{1,%d} " % len(level), page[start + 1:])]
+    ends = [m.start() for m in re.finditer(rf"\n#{{1,{len(level)}}} ", page[start + 1:])]
     return page[start: start + 1 + ends[0]] if ends else page[start:]
 
 
@@ -66,11 +76,6 @@ def test_generated_tables_are_what_the_help_says(name):
 
 def test_every_configurable_trait_is_in_the_options_table():
     """A trait the generator left out would be missing from the manual, however current the page."""
-    from klbr_kernel.app import KlbrKernelApp
-    from klbr_supervisor.host import HostService
-    from klbr_supervisor.store import Store
-    from klbr_supervisor.supervisor import Supervisor
-
     (options,) = _tables((DOCS / "configuration.md").read_text())
     for cls in (Supervisor, Store, HostService, KlbrKernelApp):
         ours = {f"{cls.__name__}.{n}" for n, t in cls.class_traits(config=True).items()
@@ -80,8 +85,6 @@ def test_every_configurable_trait_is_in_the_options_table():
 
 
 def test_the_store_schema_page_has_every_table_and_column_of_a_fresh_database(tmp_path):
-    from klbr_supervisor.store.schema import migrate
-
     conn = sqlite3.connect(tmp_path / "fresh.sqlite3")
     migrate(conn)
     page = (DOCS / "store-schema.md").read_text()
@@ -96,10 +99,6 @@ def test_the_store_schema_page_has_every_table_and_column_of_a_fresh_database(tm
 
 
 def test_the_store_schema_page_lists_every_cell_status_and_generation_end():
-    from klbr_kernel.outcomes import ERRORS
-    from klbr_supervisor.states import EndReason
-    from klbr_supervisor.store.schema import MIGRATIONS
-
     page = (DOCS / "store-schema.md").read_text()
     documented = set(_tables(_section(page, "## `cells`"))[1])
     # The schema names the statuses in the comment on cells.status, the one list the code keeps.
@@ -111,9 +110,6 @@ def test_the_store_schema_page_lists_every_cell_status_and_generation_end():
 
 
 def test_the_error_names_page_gives_each_error_its_store_status():
-    from klbr_kernel.host import CODES
-    from klbr_kernel.outcomes import ERRORS
-
     page = (DOCS / "errors.md").read_text()
     (rows,) = _tables(_section(page, "## klbr's own"))
     for ename, (status, _) in ERRORS.items():
@@ -129,8 +125,6 @@ def test_the_error_names_page_gives_each_error_its_store_status():
 
 
 def test_the_cli_page_names_every_command():
-    from klbr_kernel.cli import KlbrKernelCommand
-
     page = (DOCS / "cli.md").read_text()
     for command in KlbrKernelCommand.subcommands:
         assert f"klbr-kernel {command}" in page, command

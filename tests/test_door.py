@@ -11,6 +11,7 @@ import time
 import pytest
 
 from conftest import collect, execute, misbehaving, raw_socket, receive, results, send_raw, start_kernel, status_row
+from klbr_kernel.delivery import NO_REPLY_GRACE
 
 
 def _still_serving(kc) -> None:
@@ -29,13 +30,12 @@ def _error_reply(sock, session, msg_id, ename="InvalidMessage") -> dict:
 def test_an_execute_whose_msg_id_is_a_list_is_answered_before_and_after_the_first_worker_is_ready():
     # The late-stdin worker is ready half a second after it starts serving: the first execute waits
     # in the queue for it. A list msg_id there used to raise in the supervisor's task: the kernel exited.
-    with misbehaving("late-stdin") as (km, kc):
-        with raw_socket(km, "shell") as (sock, session):
-            for _ in range(2):  # queued before the first generation is ready, then with it ready
-                bad = ["a", "list"]
-                send_raw(sock, session, "execute_request", {"code": "x = 1"}, msg_id=bad)
-                _error_reply(sock, session, bad)
-                _still_serving(kc)
+    with misbehaving("late-stdin") as (km, kc), raw_socket(km, "shell") as (sock, session):
+        for _ in range(2):  # queued before the first generation is ready, then with it ready
+            bad = ["a", "list"]
+            send_raw(sock, session, "execute_request", {"code": "x = 1"}, msg_id=bad)
+            _error_reply(sock, session, bad)
+            _still_serving(kc)
 
 
 @pytest.mark.parametrize("case", ["metadata is a list", "metadata is not JSON", "no version", "version 4",
@@ -120,8 +120,6 @@ def test_a_replayed_execute_on_control_runs_once():
 
 def test_a_request_the_worker_drops_is_answered_after_its_idle():
     """ipykernel logs an exception in a handler and never replies; the proxy replies instead."""
-    from klbr_kernel.delivery import NO_REPLY_GRACE
-
     with misbehaving("drops-is-complete") as (km, kc):
         start = time.monotonic()
         msg_id = kc.is_complete("x = (")

@@ -1,4 +1,4 @@
-"""CurveZMQ on the frontend's sockets (issue 15, item 7): jupyter_client's `transport_encryption`
+"""CurveZMQ on the frontend's sockets: jupyter_client's `transport_encryption`
 starts the klbr kernelspec with curve keys in the connection file, and the whole session runs
 encrypted; a client that does not speak CURVE gets nothing answered, on any socket, while the
 encrypted one carries on.

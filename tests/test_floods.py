@@ -1,8 +1,8 @@
-"""Floods with a client that reads as fast as it can (issue H, item 3): 1 GiB of prints, and
+"""Floods with a client that reads as fast as it can: 1 GiB of prints, and
 display() calls by the ten thousand. The client reads iopub through a raw socket of its own
 (jupyter_client's full decoding of every message would make the client the thing measured).
 
-`make test` makes 20 000 display() calls; ``KLBR_THOROUGH=1`` makes the issue's 200 000 (plain
+`make test` makes 20 000 display() calls; ``KLBR_THOROUGH=1`` makes 200 000 (plain
 ipykernel itself takes about 5 minutes for those here: IPython's display machinery, not the wire).
 """
 

@@ -2,14 +2,27 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import sqlite3
 import time
 
 import pytest
 
-from conftest import (collect, execute, misbehaving, process_gone, results, standby, start_kernel, status_row,
-                      stream_text, until, worker_pid)
+from conftest import (
+    collect,
+    execute,
+    misbehaving,
+    process_gone,
+    results,
+    standby,
+    start_kernel,
+    status_row,
+    stream_text,
+    until,
+    worker_pid,
+)
 
 
 def _states(outputs):
@@ -249,7 +262,7 @@ def test_restart_magic_gives_a_fresh_generation_without_a_dead_kernel():
         assert reply["content"]["ename"] == "NameError"
         assert worker_pid(kc) != old and process_gone(old)
         count = reply["content"]["execution_count"]
-        _, outputs = execute(kc, "In[%d]" % (count - 1))
+        _, outputs = execute(kc, f"In[{count - 1}]")
         assert results(outputs) == ["'%klbr restart'"]
 
 
@@ -340,9 +353,6 @@ def _lines(outputs) -> list[str]:
 
 
 def _recorded_lines(db) -> list[str]:
-    import json
-    import sqlite3
-
     conn = sqlite3.connect(db)
     cell = conn.execute("SELECT max(id) FROM cells").fetchone()[0]
     rows = conn.execute("SELECT msg_type, content FROM outputs WHERE cell_id = ? ORDER BY seq", (cell,)).fetchall()

@@ -1,10 +1,10 @@
-"""Hostile frames on every socket (issue H, item 1): whatever reaches shell, control, stdin or iopub,
+"""Hostile frames on every socket: whatever reaches shell, control, stdin or iopub,
 the kernel answers what it must, drops the rest, counts what it drops and logs it at a bounded rate,
 never runs a signed execute twice, and the next normal cell works.
 
 The header and content variants are drawn by hypothesis, against one kernel that all of the module's
 examples share. `make test` runs about 300 examples, derandomized (the same ones every run), and the
-replay checks at the issue's scale. For 25 times as many examples, new ones each run, and a replay
+replay checks at full scale. For 25 times as many examples, new ones each run, and a replay
 after 70 000 executes:
 
     KLBR_THOROUGH=1 .venv/bin/python -m pytest -m thorough tests/test_hostile.py
@@ -23,7 +23,7 @@ import uuid
 from collections import Counter
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import psutil
@@ -34,7 +34,6 @@ from hypothesis import strategies as st
 from jupyter_client.session import Session
 
 from conftest import execute, raw_socket, receive, results, start_kernel, stream_text, thorough, until
-
 
 DELIM = b"<IDS|MSG>"
 MiB = 1 << 20
@@ -266,7 +265,7 @@ class Case:
         if isinstance(header, dict):
             msg_id = f"hostile-{uuid.uuid4()}"
             header = {"msg_id": msg_id, "msg_type": self.msg_type, "session": "hostile", "username": "test",
-                      "date": datetime.now(timezone.utc).isoformat(), "version": "5.3", "x-nonce": uuid.uuid4().hex,
+                      "date": datetime.now(UTC).isoformat(), "version": "5.3", "x-nonce": uuid.uuid4().hex,
                       **header}
             msg_id = header["msg_id"]
             header = json.dumps(header).encode()
@@ -343,7 +342,7 @@ def cases(draw) -> Case:
 
 # -- header and content variants, drawn -----------------------------------------------------------
 
-# The issue's list, always among the examples (hypothesis runs these first).
+# The hostile frames named up front, always among the examples (hypothesis runs these first).
 LISTED = [Case("no delimiter"), Case("missing frames", missing=0), Case("missing frames", missing=3),
           Case("empty HMAC"), Case("wrong HMAC"), Case("HMAC of another key"),
           Case("header not JSON", header=b"{not json"), Case("header not JSON", header=b"\x80\xff"),
@@ -842,14 +841,14 @@ def _replayed_after(tmp_path, executes: int, others: int) -> None:
         assert again["parent_header"]["msg_id"] == first["parent_header"]["msg_id"]
         assert again["content"] == first["content"]
         assert ran.read_text() == "ran\n"
-        kc = km.client()
-        kc.start_channels()
+        client = km.client()
+        client.start_channels()
         try:
-            kc.wait_for_ready(timeout=60)
-            reply, outputs = execute(kc, "'ran_again' in globals()")
+            client.wait_for_ready(timeout=60)
+            reply, outputs = execute(client, "'ran_again' in globals()")
             assert results(outputs) == ["False"]
         finally:
-            kc.stop_channels()
+            client.stop_channels()
 
 
 def test_a_replayed_execute_is_not_run_again_after_70000_other_messages(tmp_path):

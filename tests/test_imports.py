@@ -85,7 +85,7 @@ def find_cycle(graph: dict[str, set[str]]) -> list[str] | None:
         on_path.add(name)
         for target in sorted(graph.get(name, ())):
             if target in on_path:
-                return path[path.index(target):] + [target]
+                return [*path[path.index(target):], target]
             if target not in done:
                 cycle = walk(target)
                 if cycle:

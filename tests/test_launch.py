@@ -1,5 +1,5 @@
 """Workers are launched without `preexec_fn`, die with the kernel by their own death signal, and the
-adoption of the prelaunched worker is no public provisioner (issue I, defects 6 and 7)."""
+adoption of the prelaunched worker is no public provisioner."""
 
 from __future__ import annotations
 
@@ -16,7 +16,7 @@ from jupyter_client.manager import KernelManager
 from conftest import execute, process_gone, results, start_kernel, worker_pid
 
 DEATH_SIGNAL = "import ctypes\nsig = ctypes.c_int()\nctypes.CDLL(None).prctl(2, ctypes.byref(sig))\nsig.value"
-NO_PREEXEC = '''
+NO_PREEXEC = """
 import subprocess
 _init = subprocess.Popen.__init__
 def refuse_preexec_fn(self, *args, **kwargs):
@@ -24,7 +24,7 @@ def refuse_preexec_fn(self, *args, **kwargs):
         raise RuntimeError("preexec_fn is unsafe in a process with threads")
     _init(self, *args, **kwargs)
 subprocess.Popen.__init__ = refuse_preexec_fn
-'''
+"""
 
 
 def _reaper_of(proxy: int) -> int:

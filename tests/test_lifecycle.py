@@ -11,8 +11,20 @@ import time
 from jupyter_client.manager import KernelManager
 from jupyter_client.session import Session
 
-from conftest import (collect, drain, execute, kill_quietly, process_gone, processes, results, standby, start_kernel, stream_text,
-                      until, worker_pid)
+from conftest import (
+    collect,
+    drain,
+    execute,
+    kill_quietly,
+    process_gone,
+    processes,
+    results,
+    standby,
+    start_kernel,
+    stream_text,
+    until,
+    worker_pid,
+)
 
 
 def test_kernel_info_is_answered_before_the_worker_is_ready():
@@ -115,7 +127,7 @@ def test_shutdown_replies_fast_and_leaves_nothing_behind(tmp_path):
         # a cell that ignores SIGTERM: shutdown must not wait for it beyond the SIGKILL grace
         msg_id = kc.execute("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
                             "print('ignoring SIGTERM', flush=True)\ntime.sleep(600)")
-        while not (m := kc.get_iopub_msg(timeout=10))["parent_header"].get("msg_id") == msg_id \
+        while (m := kc.get_iopub_msg(timeout=10))["parent_header"].get("msg_id") != msg_id \
                 or m["msg_type"] != "stream":
             pass
         proxy = km.provisioner.process
@@ -240,8 +252,8 @@ def test_shutdown_answers_a_cell_whose_outcome_is_still_committing(tmp_path):
     answered, and so is the shutdown."""
     db, log = tmp_path / "log.sqlite3", tmp_path / "kernel.log"
     with start_kernel(extra_arguments=["--log-level=DEBUG"], env={"KLBR_DB": str(db)}, log=log) as (km, kc):
-        held = kc.execute("import sqlite3\nlock = sqlite3.connect(%r, isolation_level=None)\n"
-                          "lock.execute('BEGIN IMMEDIATE')\n'locked'" % str(db))
+        held = kc.execute(f"import sqlite3\nlock = sqlite3.connect({str(db)!r}, isolation_level=None)\n"
+                          "lock.execute('BEGIN IMMEDIATE')\n'locked'")
         # The proxy has its reply and idle (and holds them): the worker is marked done with it.
         until(lambda: "busy -> ready (cell done)" in log.read_text(), 30, "the cell is finished")
         queued = kc.execute("'behind it'")

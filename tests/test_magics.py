@@ -2,8 +2,8 @@
 
 import pytest
 
-from klbr_kernel.magics import Magic, MagicError, cell_timeout, line_magics
 from conftest import execute, results
+from klbr_kernel.magics import Magic, MagicError, cell_timeout, line_magics
 
 
 def test_only_cells_made_of_klbr_lines_are_the_proxys():

@@ -1,4 +1,4 @@
-"""Many kernels, one file, with a third process taking the write lock (issue H, item 8), small: the
+"""Many kernels, one file, with a third process taking the write lock, small: the
 measure itself is `benchmarks/many_kernels.py` (50 kernels x 200 cells); this runs its code with 6
 kernels x 50 cells and asserts what must hold at any size: no cell lost, and no error reply caused by
 the lock (a locked file makes a cell wait, never fail)."""

@@ -10,6 +10,7 @@ import nbformat
 import papermill
 import pytest
 from nbclient import NotebookClient
+from nbclient.exceptions import CellExecutionError, DeadKernelError
 
 NOTEBOOKS = sorted((Path(__file__).parent.parent / "notebooks").glob("*.ipynb"))
 _MODEL_ID = re.compile(r"[0-9a-f]{32}")
@@ -65,7 +66,7 @@ def test_outputs_match_plain_ipykernel(path, tmp_path):
     # Where klbr-only cells ran, counts shift: compare them renumbered; elsewhere exactly.
     ours, theirs = normalised(klbr, renumber=has_klbr_only), normalised(plain, renumber=has_klbr_only)
     assert len(ours) == len(theirs)
-    for mine, plain_cell in zip(ours, theirs):
+    for mine, plain_cell in zip(ours, theirs, strict=True):
         assert mine == plain_cell, f"cell {mine[0]!r} differs:\n{_summary(mine[2])}\nvs plain ipykernel:\n{_summary(plain_cell[2])}"
 
 
@@ -108,8 +109,6 @@ def test_papermill_runs_the_tour_with_a_parameter(tmp_path):
 
 def test_nbclient_gets_a_cell_error_not_a_hang_when_the_worker_dies(tmp_path):
     """nbclient#319: a worker dying mid-cell used to hang the run or end it in DeadKernelError."""
-    from nbclient.exceptions import CellExecutionError, DeadKernelError
-
     nb = nbformat.v4.new_notebook(cells=[
         nbformat.v4.new_code_cell("a = 1"),
         nbformat.v4.new_code_cell("b = 2"),

@@ -62,12 +62,11 @@ def test_a_subscriber_that_reads_nothing_does_not_hold_back_the_others(tmp_path)
     past it after `CATCH_UP`: the notebook's client, reading, gets its reply and its idle, and its
     outputs in order (on a loaded machine it may itself lag and lose some, as with a PUB); the
     stalled one loses what did not fit."""
-    with start_kernel(env=_stall_after(tmp_path, 2)) as (km, kc):
-        with raw_socket(km, "iopub") as (stalled, _):
-            stalled.rcvhwm = 10
-            welcome = kc.execute("'the stalled subscriber is in'")  # its subscription is through
-            collect(kc, welcome)
-            reply, outputs = execute(kc, "for i in range(20_000):\n    print(i, flush=True)", timeout=120)
-            assert reply["content"]["status"] == "ok", reply["content"]
-            lines = [int(line) for line in stream_text(outputs).split()]
-            assert lines == sorted(set(lines)) and lines[0] == 0, "in order, none twice"
+    with start_kernel(env=_stall_after(tmp_path, 2)) as (km, kc), raw_socket(km, "iopub") as (stalled, _):
+        stalled.rcvhwm = 10
+        welcome = kc.execute("'the stalled subscriber is in'")  # its subscription is through
+        collect(kc, welcome)
+        reply, outputs = execute(kc, "for i in range(20_000):\n    print(i, flush=True)", timeout=120)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        lines = [int(line) for line in stream_text(outputs).split()]
+        assert lines == sorted(set(lines)) and lines[0] == 0, "in order, none twice"

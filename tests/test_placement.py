@@ -17,12 +17,25 @@ import venv
 from pathlib import Path
 
 import pytest
+from jupyter_client.session import Session
 
+from conftest import (
+    collect,
+    execute,
+    process_gone,
+    results,
+    standby,
+    start_kernel,
+    status_rows,
+    stream_text,
+    until,
+    value,
+    wait_for_stream,
+    worker_pid,
+)
 from klbr_supervisor.boot.placement import PlacementError, parse
+from klbr_supervisor.resign import BadSignature, Resigner
 from klbr_supervisor.targets import kind_for
-
-from conftest import (collect, execute, process_gone, results, standby, start_kernel, status_rows, stream_text, until, value,
-                      wait_for_stream, worker_pid)
 
 ROOT = Path(__file__).parent.parent
 OTHER = ROOT / ".venv-ipykernel" / "bin" / "python"
@@ -67,10 +80,6 @@ def test_a_resigned_message_carries_the_proxys_session_and_only_a_good_signature
     """What a worker with its own key sends reaches the frontend as a shared-key worker's would: the
     proxy's session id in its header (left as it is when the worker already writes it: ssh://
     starts its kernels so), signed with the frontend's key; a wrong signature never passes."""
-    from jupyter_client.session import Session
-
-    from klbr_supervisor.resign import BadSignature, Resigner
-
     frontend = Session(key=b"frontend")
     for worker_session in (frontend.session, "another-session"):
         worker = Session(key=b"worker", session=worker_session)
@@ -81,7 +90,7 @@ def test_a_resigned_message_carries_the_proxys_session_and_only_a_good_signature
         assert got["header"]["session"] == frontend.session and got["header"]["msg_id"] == sent["header"]["msg_id"]
         assert got["content"] == {"execution_state": "idle"}
     twice = worker.serialize(worker.msg("status", {}))  # a header that names a session twice is parsed
-    twice[2] = twice[2].replace(b"{", ('{"x": {"session": "%s"}, ' % frontend.session).encode(), 1)
+    twice[2] = twice[2].replace(b"{", f'{{"x": {{"session": "{frontend.session}"}}, '.encode(), 1)
     twice[1] = worker.sign(twice[2:6])
     header = json.loads(frontend.feed_identities(resigner.from_worker(twice))[1][1])
     assert header["session"] == frontend.session

@@ -24,7 +24,18 @@ from pathlib import Path
 
 import pytest
 
-from conftest import collect, execute, process_gone, results, start_kernel, status_rows, stream_text, value, wait_for_stream, worker_pid
+from conftest import (
+    collect,
+    execute,
+    process_gone,
+    results,
+    start_kernel,
+    status_rows,
+    stream_text,
+    value,
+    wait_for_stream,
+    worker_pid,
+)
 
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent

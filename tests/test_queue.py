@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 
+from conftest import execute
 from klbr_kernel.queue import ShellQueue
 from klbr_kernel.requests import Request
 from klbr_supervisor.wire import Wire
@@ -64,7 +65,6 @@ def test_an_error_aborts_the_queued_executes(kernel):
     statuses = [replies[i][0][1]["content"]["status"] for i in ids]
     assert statuses == ["ok", "error", "aborted", "aborted"]
     # The aborted cells did not run; later cells do.
-    from conftest import execute
     reply, outputs = execute(kc, "a")
     assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["1"]
 

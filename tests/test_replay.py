@@ -1,5 +1,5 @@
 """Outputs come back: `%klbr replay` shows a cell's recorded outputs again, and outputs that reached no
-frontend are noticed by the next cell (issue G)."""
+frontend are noticed by the next cell."""
 
 from __future__ import annotations
 
@@ -76,7 +76,7 @@ def test_a_replay_of_a_running_cell_follows_it_to_its_end(tmp_path):
     go = tmp_path / "go"
     with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
         running = kc.execute(HALTING.format(n=30, go=str(go)))
-        while not (m := kc.get_iopub_msg(timeout=60))["msg_type"] == "stream":
+        while (m := kc.get_iopub_msg(timeout=60))["msg_type"] != "stream":
             pass  # it runs
         other = _other_client(km)
         try:
@@ -154,7 +154,7 @@ def test_a_cell_that_outlives_its_frontend_is_noticed_by_the_next_one(tmp_path):
     go = tmp_path / "go"
     with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
         running = kc.execute(HALTING.format(n=20, go=str(go)))
-        while not (m := kc.get_iopub_msg(timeout=60))["msg_type"] == "stream":
+        while (m := kc.get_iopub_msg(timeout=60))["msg_type"] != "stream":
             pass
         kc.stop_channels()
         other = _other_client(km)
@@ -185,7 +185,7 @@ def _ten_mib(kc) -> None:
     _, outputs = execute(kc, "%klbr replay", timeout=120)
     streams = [m["content"]["text"] for m in outputs if m["msg_type"] == "stream"][1:]  # after the header
     assert max(len(text.encode()) for text in streams) <= 2**20
-    assert "".join(streams) == "".join(("%04d" % i) * 16384 for i in range(160))
+    assert "".join(streams) == "".join(f"{i:04d}" * 16384 for i in range(160))
     assert time.monotonic() - started < 60
 
 

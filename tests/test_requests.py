@@ -7,6 +7,7 @@ one session serves a request of each kind, with its debug log on, where the door
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import re
@@ -128,7 +129,7 @@ def _life(moves: list[tuple[str, str, bool]]) -> list[str]:
     or its idle) as one SENT; assert that its moves chain, each from where the last one left it
     (what moved it past the door leaves a gap)."""
     assert moves, "no move was logged"
-    for (_, after, _), (before, _, _) in zip(moves, moves[1:], strict=False):
+    for (_, after, _), (before, _, _) in itertools.pairwise(moves):
         assert after == before, f"moved past the door from {after} to {before}: {moves}"
     phases = [moves[0][0], *(after for _, after, _ in moves)]
     with_worker = {p.value for p in WITH_WORKER}

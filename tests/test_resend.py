@@ -10,6 +10,8 @@ import pytest
 from jupyter_client.session import Session
 
 from conftest import execute, raw_socket, receive, start_kernel
+from klbr_supervisor.store import queries
+from klbr_supervisor.store.schema import MIGRATIONS, VERSION, migrate
 
 
 def _client(km):
@@ -90,9 +92,6 @@ def test_the_next_kernel_on_the_file_answers_a_resend_from_the_record_and_runs_a
 def test_a_database_of_the_first_schema_moves_forward_and_its_rows_match_no_resend(tmp_path):
     """A file written before `cells.msg_digest` existed keeps its rows; they say nothing of which
     message a cell was, so a msg_id they hold is taken for a reuse (it runs), never for a resend."""
-    from klbr_supervisor.store import queries
-    from klbr_supervisor.store.schema import MIGRATIONS, VERSION, migrate
-
     db = tmp_path / "old.sqlite3"
     conn = sqlite3.connect(db, isolation_level=None)
     for statement in MIGRATIONS[0]:

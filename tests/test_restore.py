@@ -8,6 +8,8 @@ import json
 import sqlite3
 
 import pytest
+from playwright.sync_api import expect
+
 from conftest import until
 from lab import Lab, cell, chromium, idle, notebook, open_notebook, output_text, prompt, run_cell, save, screenshot
 
@@ -67,16 +69,12 @@ def _saved(path):
 
 def _notice(page) -> str:
     """The extension's last notice (also shown as a JupyterLab notification)."""
-    from playwright.sync_api import expect
-
     panel = page.locator(".jp-NotebookPanel:visible")
     expect(panel).to_have_attribute("data-klbr-notice", __import__("re").compile("."), timeout=60_000)
     return str(panel.get_attribute("data-klbr-notice"))
 
 
 def test_a_reload_mid_cell_brings_every_line_back_and_the_queued_cell_fills(lab, browser):
-    from playwright.sync_api import expect
-
     go = lab.root / "reload-go"
     notebook(lab.root, "reload.ipynb", [PRINTING.format(n=40, go=str(go)), "print('the queued cell ran')"])
     page = open_notebook(browser, lab, "reload.ipynb")
@@ -107,8 +105,6 @@ def test_a_reload_mid_cell_brings_every_line_back_and_the_queued_cell_fills(lab,
 
 
 def test_a_tab_closed_mid_cell_and_reopened_after_it_ended_gets_its_outputs(lab, browser):
-    from playwright.sync_api import expect
-
     go = lab.root / "closed-go"
     notebook(lab.root, "closed.ipynb", [PRINTING.format(n=8, go=str(go))])
     page = open_notebook(browser, lab, "closed.ipynb")
@@ -127,8 +123,6 @@ def test_a_tab_closed_mid_cell_and_reopened_after_it_ended_gets_its_outputs(lab,
 
 def test_two_tabs_of_one_notebook_each_show_every_line_once(lab, browser):
     """The tab that ran the cell hears it itself; the second follows it through klbr: each stays right."""
-    from playwright.sync_api import expect
-
     go = lab.root / "tabs-go"
     notebook(lab.root, "tabs.ipynb", [PRINTING.format(n=8, go=str(go))])
     context = browser.new_context(viewport={"width": 1400, "height": 900})  # two tabs of one browser
@@ -147,8 +141,6 @@ def test_two_tabs_of_one_notebook_each_show_every_line_once(lab, browser):
 
 
 def test_an_edited_cell_is_left_as_it_is_and_its_outputs_are_offered(lab, browser):
-    from playwright.sync_api import expect
-
     path = notebook(lab.root, "edited.ipynb", ["print('what ran')", "print('unchanged')"])
     page = open_notebook(browser, lab, "edited.ipynb")
     run_cell(page, 0)
@@ -170,8 +162,6 @@ def test_an_edited_cell_is_left_as_it_is_and_its_outputs_are_offered(lab, browse
 
 
 def test_a_never_saved_cell_is_listed_for_replay(lab, browser):
-    from playwright.sync_api import expect
-
     notebook(lab.root, "unsaved.ipynb", ["print('saved cell')"])
     page = open_notebook(browser, lab, "unsaved.ipynb")
     run_cell(page, 0)  # runs it, and inserts a new cell below it (the last one): never saved
@@ -194,8 +184,6 @@ def test_a_never_saved_cell_is_listed_for_replay(lab, browser):
 def test_a_4_4_notebook_is_upgraded_and_restored_before_and_after_it_is_saved(lab, browser):
     """Its ids change on every load: it is upgraded to 4.5 when opened; unsaved, its cells come back by
     their code (one cell with that code, showing nothing); saved, by their ids."""
-    from playwright.sync_api import expect
-
     path = notebook(lab.root, "old.ipynb", ["print('from a 4.4 notebook')", "x = 1"], minor=4)
     page = open_notebook(browser, lab, "old.ipynb")
     expect(page.get_by_text("klbr upgraded this notebook to nbformat 4.5")).to_be_visible(timeout=60_000)
@@ -220,8 +208,6 @@ def test_a_4_4_notebook_is_upgraded_and_restored_before_and_after_it_is_saved(la
 
 
 def test_the_status_item_shows_what_klbr_status_shows_and_its_actions_work(lab, browser):
-    from playwright.sync_api import expect
-
     notebook(lab.root, "status.ipynb", ["print('recorded once')"])
     page = open_notebook(browser, lab, "status.ipynb")
     item = page.locator(".klbr-StatusItem")

@@ -1,4 +1,4 @@
-"""Files, sockets and secrets (issue H, item 6): what klbr writes is its user's alone, the key is in
+"""Files, sockets and secrets: what klbr writes is its user's alone, the key is in
 no argv, log or database, and config files in the notebook's directory are not run."""
 
 from __future__ import annotations

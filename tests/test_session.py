@@ -2,8 +2,19 @@
 
 from __future__ import annotations
 
-from conftest import (collect, drain, execute, misbehaving, raw_socket, receive, results, standby, start_kernel,
-                      stream_text, until)
+from conftest import (
+    collect,
+    drain,
+    execute,
+    misbehaving,
+    raw_socket,
+    receive,
+    results,
+    standby,
+    start_kernel,
+    stream_text,
+    until,
+)
 
 
 def test_every_message_carries_one_session_across_generations():

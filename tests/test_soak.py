@@ -1,10 +1,10 @@
-"""The soak (issue H, item 5): trivial cells, worker losses (alternately `os._exit` and SIGKILL) and
+"""The soak: trivial cells, worker losses (alternately `os._exit` and SIGKILL) and
 interrupts of sleeping cells in one session. Every request gets exactly one reply and one busy/idle
 pair, every cell one row in the store with the status it ended with, and the kernel process ends the
-session as lean as it was after its first 50 cells (issue I, defect 12: each generation used to
-leave 6 fds, 2 threads and ~0.9 MiB behind), with no process left but its two workers and the reaper.
+session as lean as it was after its first 50 cells (each generation once left
+6 fds, 2 threads and ~0.9 MiB behind), with no process left but its two workers and the reaper.
 
-`make test` runs it at a tenth of the issue's size; at the issue's (2,000 cells, 100 losses, 50
+`make test` runs it at a tenth of its full size; at full size (2,000 cells, 100 losses, 50
 interrupts; its figures are in docs/benchmarks.md, from `benchmarks/soak.py`, which is the driver):
 
     KLBR_THOROUGH=1 .venv/bin/python -m pytest -m thorough tests/test_soak.py

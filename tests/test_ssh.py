@@ -18,8 +18,23 @@ import time
 from pathlib import Path
 
 import pytest
+from traitlets.config import Application
 
-from conftest import collect, execute, process_gone, processes, results, start_kernel, stream_text, until, value, wait_for_stream, worker_pid
+from conftest import (
+    collect,
+    execute,
+    process_gone,
+    processes,
+    results,
+    start_kernel,
+    stream_text,
+    until,
+    value,
+    wait_for_stream,
+    worker_pid,
+)
+from klbr_supervisor.boot import prelaunch
+from klbr_supervisor.settings import SupervisorSettings
 from sshd import SSHD, Sshd, signal_quietly
 
 ROOT = Path(__file__).parent.parent
@@ -181,7 +196,8 @@ def test_an_early_ssh_goes_with_a_kernel_that_dies_before_its_first_generation(t
     conn.write_text(json.dumps({"transport": "ipc", "ip": str(tmp_path / "k"), "shell_port": 1, "iopub_port": 2,
                                 "stdin_port": 3, "control_port": 4, "hb_port": 5, "key": "secret"}))
     done = subprocess.run([sys.executable, "-m", "klbr_kernel", "-f", str(conn), f"--Supervisor.placement={SPEC}",
-                           f"--Supervisor.ssh_options=-F{sshd.config}"], capture_output=True, text=True, timeout=120,
+                           f"--Supervisor.ssh_options=-F{sshd.config}"], check=False, capture_output=True, text=True,
+                          timeout=120,
                           env={**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path), "TMPDIR": str(tmp_path / "tmp")})
     assert done.returncode != 0 and "link_timeout" in done.stderr, done.stderr
     assert not list((tmp_path / "tmp").iterdir())
@@ -192,11 +208,6 @@ def test_an_early_ssh_goes_with_a_kernel_that_dies_before_its_first_generation(t
 def test_the_early_launch_reads_the_command_line_as_traitlets_does():
     """What prelaunch reads for its early ssh must be what the configuration says, or every start
     would dial twice (the supervisor discards a launch that differs)."""
-    from traitlets.config import Application
-
-    from klbr_supervisor.boot import prelaunch
-    from klbr_supervisor.settings import SupervisorSettings
-
     argv = ["--Supervisor.ssh_options=-i", "--Supervisor.ssh_options", "~/.ssh/gpu", "--Supervisor.ssh_options='-v'",
             "--Supervisor.ssh_command=~/bin/ssh -4", "--Supervisor.placement", "ssh://gpu/usr/bin/python3"]
     class Supervisor(SupervisorSettings):  # the section's name, as the real one reads it
@@ -274,7 +285,7 @@ def test_a_shutdown_over_a_stalled_link_is_answered_in_jupyters_window(tmp_path,
 
 def test_a_remote_kernel_slower_to_start_than_the_link_timeout_keeps_its_lease(tmp_path, sshd):
     slow = tmp_path / "slow-python"
-    slow.write_text(f"#!/bin/sh\nsleep 5\nexec {REMOTE_PYTHON} \"$@\"\n")  # the scenario: a cold start
+    slow.write_text(f'#!/bin/sh\nsleep 5\nexec {REMOTE_PYTHON} "$@"\n')  # the scenario: a cold start
     slow.chmod(0o755)
     with on_ssh(tmp_path, sshd, "--Supervisor.link_timeout=2", placement=f"ssh://klbr-test{slow}") as (km, kc):
         assert value(kc, "6 * 7", timeout=60) == 42

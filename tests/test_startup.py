@@ -4,9 +4,11 @@ sign with is refused with a message; an empty key is allowed, as jupyter_client 
 from __future__ import annotations
 
 import json
+import socket
 import subprocess
 import sys
 
+import zmq
 from jupyter_client.session import Session
 
 from conftest import execute, start_kernel, stream_text
@@ -18,7 +20,7 @@ def test_a_signature_scheme_that_is_not_hmac_refuses_to_start(tmp_path):
         conn.write_text(json.dumps({"transport": "ipc", "ip": str(tmp_path / "k"), "shell_port": 1, "iopub_port": 2,
                                     "stdin_port": 3, "control_port": 4, "hb_port": 5, "key": "secret",
                                     "signature_scheme": scheme}))
-        done = subprocess.run([sys.executable, "-m", "klbr_kernel", "-f", str(conn)], capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "klbr_kernel", "-f", str(conn)], check=False, capture_output=True,
                               text=True, timeout=60)
         assert done.returncode == 2, done.stderr
         assert f"signature_scheme {scheme!r}" in done.stderr and "refusing to start" in done.stderr
@@ -35,7 +37,7 @@ def test_a_connection_file_the_kernel_cannot_read_refuses_to_start_saying_why(tm
         conn.unlink(missing_ok=True)
         if text is not None:
             conn.write_text(text)
-        done = subprocess.run([sys.executable, "-m", "klbr_kernel", "-f", str(conn)], capture_output=True,
+        done = subprocess.run([sys.executable, "-m", "klbr_kernel", "-f", str(conn)], check=False, capture_output=True,
                               text=True, timeout=60)
         assert done.returncode == 2 and words in done.stderr and "refusing to start" in done.stderr, done.stderr
         assert "Traceback" not in done.stderr, done.stderr
@@ -57,8 +59,8 @@ def _refusal(tmp_path, extra: dict, python: list[str] | None = None) -> subproce
     conn.write_text(json.dumps({"transport": "ipc", "ip": str(tmp_path / "k"), "shell_port": 1, "iopub_port": 2,
                                 "stdin_port": 3, "control_port": 4, "hb_port": 5, "key": "secret",
                                 "signature_scheme": "hmac-sha256", **extra}))
-    done = subprocess.run([*(python or [sys.executable, "-m", "klbr_kernel"]), "-f", str(conn)], capture_output=True,
-                          text=True, timeout=60)
+    done = subprocess.run([*(python or [sys.executable, "-m", "klbr_kernel"]), "-f", str(conn)], check=False,
+                          capture_output=True, text=True, timeout=60)
     assert done.returncode == 2, done.stderr
     assert "refusing to start" in done.stderr and "Traceback" not in done.stderr, done.stderr
     assert not list(tmp_path.glob("k-*")), "a socket was bound"
@@ -66,8 +68,6 @@ def _refusal(tmp_path, extra: dict, python: list[str] | None = None) -> subproce
 
 
 def test_curve_keys_the_kernel_cannot_serve_refuse_to_start(tmp_path):
-    import zmq
-
     public, secret = (key.decode() for key in zmq.curve_keypair())
     other, _ = (key.decode() for key in zmq.curve_keypair())
     assert "carries curve_publickey but no curve_secretkey" in _refusal(tmp_path, {"curve_publickey": public}).stderr
@@ -87,8 +87,6 @@ def test_a_port_another_process_holds_refuses_the_start_saying_which(tmp_path):
     """jupyter_client picks free ports and writes them into the connection file; one taken before
     the kernel binds it (another process got there first) ends the start with one line naming the
     channel and the address, as a connection file it cannot serve does, not a traceback."""
-    import socket
-
     holder = socket.socket()
     holder.bind(("127.0.0.1", 0))
     holder.listen()
@@ -104,7 +102,7 @@ def test_a_port_another_process_holds_refuses_the_start_saying_which(tmp_path):
                                 "signature_scheme": "hmac-sha256"}))
     try:
         done = subprocess.run([sys.executable, "-m", "klbr_kernel", "-f", str(conn)], capture_output=True,
-                              text=True, timeout=120)
+                              text=True, timeout=120, check=False)
     finally:
         holder.close()
     assert done.returncode == 2, done.stderr

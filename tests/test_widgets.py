@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import execute
+from conftest import collect, execute
 
 
 def _comm_open(outputs):
@@ -44,10 +44,9 @@ def test_comm_messages_are_not_held_behind_a_running_cell(kernel):
             "    if s.value == 11:\n        break\n    await asyncio.sleep(0.05)\ns.value")
     start = time.monotonic()
     msg_id = kc.execute(code)
-    while not (m := kc.get_iopub_msg(timeout=10))["parent_header"].get("msg_id") == msg_id or m["msg_type"] != "stream":
+    while (m := kc.get_iopub_msg(timeout=10))["parent_header"].get("msg_id") != msg_id or m["msg_type"] != "stream":
         pass  # the cell runs
     _set_value(kc, comm_id, 11)
-    from conftest import collect
     reply, outputs = collect(kc, msg_id, timeout=30)
     assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["11"]
     assert time.monotonic() - start < 8, "the comm reached the worker while the cell ran"

@@ -16,6 +16,8 @@ from pathlib import Path
 import pytest
 
 from conftest import execute, results, start_kernel, value
+from klbr_kernel.app import KlbrKernelApp
+from klbr_supervisor.boot import prelaunch
 
 ROOT = Path(__file__).parent.parent
 OTHER = ROOT / ".venv-ipykernel" / "bin" / "python"
@@ -46,9 +48,6 @@ def test_the_command_line_is_split_as_traitlets_reads_it_and_the_prelaunch_agree
     """klbr's own classes keep their options; the rest is what each worker gets, written back as
     ``--Class.trait=value``. The first worker, started before the proxy reads anything, starts with
     what the proxy will read, or not at all (it would be discarded)."""
-    from klbr_kernel.app import KlbrKernelApp
-    from klbr_supervisor.boot import prelaunch
-
     def read(argv):
         app = KlbrKernelApp()
         app.parse_command_line(argv)
@@ -73,8 +72,8 @@ def test_the_command_line_is_split_as_traitlets_reads_it_and_the_prelaunch_agree
     assert prelaunch.worker_options(["-f", "kernel.json", "--InteractiveShell.colors", "nocolor"]) is None
     # The names the prelaunch takes for klbr's are the app's.
     app = KlbrKernelApp()
-    assert prelaunch.KLBR_SECTIONS == app.own_sections()
-    assert prelaunch.KLBR_NAMES == frozenset(app.flags) | frozenset(app.aliases)
+    assert app.own_sections() == prelaunch.KLBR_SECTIONS
+    assert frozenset(app.flags) | frozenset(app.aliases) == prelaunch.KLBR_NAMES
 
 
 def test_options_reach_the_prelaunched_worker_a_restarted_one_and_a_python_placement(tmp_path):

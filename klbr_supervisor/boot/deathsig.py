@@ -1,7 +1,7 @@
 """Workers die with the proxy: PR_SET_PDEATHSIG set in the worker process itself, before its code runs.
 
 A `preexec_fn` could do it between fork and exec, but Python documents `preexec_fn` as unsafe in a
-process with threads, and the proxy has several (issue I, defect 6). So the child sets it:
+process with threads, and the proxy has several. So the child sets it:
 
 - the default worker starts as `python -m klbr_supervisor.boot.worker PARENT_PID ...` (see `worker`),
   which calls `die_with(PARENT_PID)` and then runs ipykernel in the same process: no extra exec;
@@ -37,4 +37,4 @@ def command(parent_pid: int, argv: list[str]) -> list[str]:
 
 if __name__ == "__main__":
     die_with(int(sys.argv[1]))
-    os.execvp(sys.argv[2], sys.argv[2:])
+    os.execvp(sys.argv[2], sys.argv[2:])  # noqa: S606 — the kernelspec's argv, as `command` wrote it

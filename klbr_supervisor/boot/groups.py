@@ -7,7 +7,7 @@ import signal
 import subprocess
 
 
-def end_process(process: subprocess.Popen) -> None:
+def end_process(process: subprocess.Popen[bytes]) -> None:
     """Kill `process` (started with ``start_new_session=True``) and its group; reap it, close its pipes."""
     try:
         os.killpg(process.pid, signal.SIGKILL)

@@ -64,22 +64,25 @@ def parse(spec: str) -> Placement:
         return _parse_ssh(spec)
     kind, sep, target = spec.partition(":")
     if not sep or kind not in ("python", "kernelspec"):
-        raise PlacementError(f"{spec!r} is no placement; use local, python:/abs/path/to/python, "
-                             "kernelspec:NAME or ssh://[user@]host[:port]/abs/path/to/python")
+        msg = (f"{spec!r} is no placement; use local, python:/abs/path/to/python, "
+               "kernelspec:NAME or ssh://[user@]host[:port]/abs/path/to/python")
+        raise PlacementError(msg)
     if kind == "python":
         if not os.path.isabs(target):
-            raise PlacementError(f"{spec!r}: the interpreter must be an absolute path, as in python:/usr/bin/python3")
+            msg = f"{spec!r}: the interpreter must be an absolute path, as in python:/usr/bin/python3"
+            raise PlacementError(msg)
         return Placement(f"python:{os.path.normpath(target)}", "python", os.path.normpath(target))
     if not target or any(c.isspace() or c == "/" for c in target):
-        raise PlacementError(f"{spec!r}: kernelspec:NAME needs the name of an installed kernelspec")
+        msg = f"{spec!r}: kernelspec:NAME needs the name of an installed kernelspec"
+        raise PlacementError(msg)
     return Placement(spec, "kernelspec", target)
 
 
 def _parse_ssh(spec: str) -> Placement:
     netloc, slash, path = spec[len("ssh://"):].partition("/")
     if not slash or not path:
-        raise PlacementError(f"{spec!r}: ssh:// needs the interpreter's absolute path after the host, as in "
-                             "ssh://gpu-box/usr/bin/python3")
+        msg = f"{spec!r}: ssh:// needs the interpreter's absolute path after the host, as in ssh://gpu-box/usr/bin/python3"
+        raise PlacementError(msg)
     python = os.path.normpath("/" + path)
     user, _, hostport = netloc.rpartition("@")
     if hostport.startswith("["):
@@ -88,12 +91,16 @@ def _parse_ssh(spec: str) -> Placement:
     else:
         host, _, port = hostport.partition(":")
     if not _HOST.fullmatch(host):
-        raise PlacementError(f"{spec!r}: {host!r} is not a host name ssh can be given")
+        msg = f"{spec!r}: {host!r} is not a host name ssh can be given"
+        raise PlacementError(msg)
     if user and not _USER.fullmatch(user):
-        raise PlacementError(f"{spec!r}: {user!r} is not a user name ssh can be given")
+        msg = f"{spec!r}: {user!r} is not a user name ssh can be given"
+        raise PlacementError(msg)
     if port and not (port.isdigit() and 0 < int(port) < 65536):
-        raise PlacementError(f"{spec!r}: {port!r} is not a port")
+        msg = f"{spec!r}: {port!r} is not a port"
+        raise PlacementError(msg)
     if not _REMOTE_PATH.fullmatch(python):
-        raise PlacementError(f"{spec!r}: the interpreter's path may hold only letters, digits and . _ / + -")
+        msg = f"{spec!r}: the interpreter's path may hold only letters, digits and . _ / + -"
+        raise PlacementError(msg)
     normal = f"ssh://{user + '@' if user else ''}{host}{':' + port if port else ''}{python}"
     return Placement(normal, "ssh", python, host=host, user=user, port=int(port) if port else None)

@@ -45,12 +45,12 @@ def main() -> None:
 class Reaper:
     """The proxy's handle on its reaper process. Created once by the `Supervisor`."""
 
-    def __init__(self, process: subprocess.Popen):
+    def __init__(self, process: subprocess.Popen[bytes]):
         self._process = process
 
     @classmethod
     def start(cls, runtime_dir: str) -> Reaper:
-        process = subprocess.Popen(
+        process = subprocess.Popen(  # noqa: S603 — this interpreter and this file, no shell
             # As a script, without site: it starts while the first worker does, and should cost it
             # as little CPU as it can (a few ms instead of an interpreter with site-packages).
             [sys.executable, "-I", "-S", os.path.abspath(__file__), runtime_dir],
@@ -77,9 +77,11 @@ class Reaper:
             self._process.wait()
 
     def _write(self, line: str) -> None:
+        stdin = self._process.stdin
+        assert stdin is not None  # `start` opened it
         try:
-            self._process.stdin.write(line.encode())
-            self._process.stdin.flush()
+            stdin.write(line.encode())
+            stdin.flush()
         except (OSError, ValueError):
             pass  # the reaper is gone; PDEATHSIG still covers each worker itself
 

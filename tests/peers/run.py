@@ -277,7 +277,7 @@ def main() -> int:
         else:
             shutil.rmtree(home, ignore_errors=True)
     print(f"\n== summary: python3 = {'plain ipykernel' if args.plain else 'klbr'}")
-    ok = all([verdict(run, mode, bool(args.pytest_args)) for run in runs])  # a list: each prints
+    ok = all([verdict(run, mode, bool(args.pytest_args)) for run in runs])  # noqa: C419 — a list: each prints
     if kernelspec_dirs() != before:
         print(f"kernelspecs outside the run changed: {before} -> {kernelspec_dirs()}")
         ok = False

@@ -82,7 +82,7 @@ class MisbehavingKernel(IPythonKernel):
 
     def do_execute(self, code, *args, **kwargs):
         if code.strip().startswith("misbehave("):
-            eval(code, {"misbehave": misbehave})
+            eval(code, {"misbehave": misbehave})  # noqa: S307 — the test's own `misbehave(...)` call
             if BEHAVIOUR == "exit-after-reply":
                 code = "'replied'"
         return super().do_execute(code, *args, **kwargs)
