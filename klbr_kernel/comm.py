@@ -50,13 +50,36 @@ Start = Callable[[Coroutine[Any, Any, Any], str, Request | None], None]
 
 
 class CommError(Exception):
-    """A comm request the proxy does not serve; `name` is what the frontend sees (stable names:
-    UnsupportedVersion, MalformedRequest, UnknownOp, TooLarge, NotRecording)."""
+    """A comm request the proxy does not serve. Each kind is a subclass, whose name is what the
+    frontend sees (stable: the protocol's error names); the text says what is wrong."""
 
-    def __init__(self, name: str, message: str):
-        super().__init__(message)
-        self.name = name
-        self.message = message
+    @property
+    def name(self) -> str:
+        return type(self).__name__
+
+    @property
+    def message(self) -> str:
+        return str(self)
+
+
+class UnsupportedVersion(CommError):  # noqa: N818 - the class name is the error name the protocol sends
+    """The request speaks another version of the protocol."""
+
+
+class MalformedRequest(CommError):  # noqa: N818 - the class name is the error name the protocol sends
+    """A field is missing, or of the wrong type or shape."""
+
+
+class UnknownOp(CommError):  # noqa: N818 - the class name is the error name the protocol sends
+    """No such op."""
+
+
+class TooLarge(CommError):  # noqa: N818 - the class name is the error name the protocol sends
+    """A field past its bound."""
+
+
+class NotRecording(CommError):  # noqa: N818 - the class name is the error name the protocol sends
+    """The cell log is not available in this session."""
 
 
 @dataclass(eq=False)
@@ -155,13 +178,15 @@ class KlbrComms:
             op = data.get("op")
             if not isinstance(op, str) or op not in OPS:
                 shown = op[:40] if isinstance(op, str) else type(op).__name__
-                raise CommError("UnknownOp", f"no op {shown!r}: the ops are {', '.join(sorted(OPS))}")
+                msg = f"no op {shown!r}: the ops are {', '.join(sorted(OPS))}"
+                raise UnknownOp(msg)
             if op == "hello":
                 self._push(comm, req.header, {"op": "hello", "id": request_id, **self._state_fields()})
             elif op == "unfollow":
                 msg_id = data.get("msg_id")
                 if not isinstance(msg_id, str):
-                    raise CommError("MalformedRequest", "unfollow needs 'msg_id', a string")
+                    msg = "unfollow needs 'msg_id', a string"
+                    raise MalformedRequest(msg)
                 self._unfollow(comm, msg_id)
                 self._push(comm, req.header, {"op": "unfollow", "id": request_id, "msg_id": msg_id[:100]})
             elif op == "cells":
@@ -178,18 +203,21 @@ class KlbrComms:
     @staticmethod
     def _request_id(value: object) -> str | int:
         if isinstance(value, bool) or not isinstance(value, (str, int)):
-            raise CommError("MalformedRequest", "a request needs 'id', a string or an integer of its own choosing")
+            msg = "a request needs 'id', a string or an integer of its own choosing"
+            raise MalformedRequest(msg)
         if isinstance(value, str) and len(value) > MAX_REQUEST_ID:
-            raise CommError("TooLarge", f"a request id has at most {MAX_REQUEST_ID} characters")
+            msg = f"a request id has at most {MAX_REQUEST_ID} characters"
+            raise TooLarge(msg)
         if isinstance(value, int) and abs(value) >= 2**53:
-            raise CommError("TooLarge", "a request id is an integer JavaScript can hold exactly")
+            msg = "a request id is an integer JavaScript can hold exactly"
+            raise TooLarge(msg)
         return value
 
     async def _cells(self, req: Request, comm: _Comm, request_id: str | int, ask: _CellsRequest) -> None:
         cell_log = self._cell_log
         if not cell_log.recording:
-            self._error(comm.comm_id, req.header, request_id, CommError(
-                "NotRecording", "the cell log is not available in this session: nothing to restore"))
+            self._error(comm.comm_id, req.header, request_id,
+                        NotRecording("the cell log is not available in this session: nothing to restore"))
             self._done(req)
             return
         live, followed = self._follow(req, comm, ask)
@@ -222,7 +250,7 @@ class KlbrComms:
         for target in self._live_cells():
             if target.msg_id in comm.following:
                 continue
-            follower = Follower(req, lambda _req, msg_type, content, t=target: self._output(comm, t, msg_type, content))
+            follower = Follower(req, partial(self._relay, comm, target))
             target.followers.append(follower)
             comm.following[target.msg_id] = (target, follower)
             followed.append((target, follower))
@@ -279,6 +307,11 @@ class KlbrComms:
 
     # -- following ---------------------------------------------------------------------------------
 
+    def _relay(self, comm: _Comm, target: Request, _replay: Request, msg_type: str, content: Json) -> None:
+        """A follower's publish: an output of `target`, for `comm` (the follower's own request,
+        `_replay`, is the comm message that asked)."""
+        self._output(comm, target, msg_type, content)
+
     def _output(self, comm: _Comm, target: Request, msg_type: str, content: Json) -> None:
         if comm.comm_id in self._comms:
             record_id = target.record.id if target.record is not None else None
@@ -334,7 +367,7 @@ def _speaks(version: object) -> bool:
 
 def _unsupported(version: object) -> CommError:
     shown = repr(version)[:40] if isinstance(version, (str, int, float)) or version is None else type(version).__name__
-    return CommError("UnsupportedVersion", f"this kernel speaks klbr comm protocol {PROTOCOL}, not {shown}")
+    return UnsupportedVersion(f"this kernel speaks klbr comm protocol {PROTOCOL}, not {shown}")
 
 
 @dataclass(frozen=True)
@@ -349,17 +382,23 @@ class _CellsRequest:
     def parse(cls, data: Json) -> _CellsRequest:
         cell_ids, record_ids = data.get("cell_ids", []), data.get("record_ids", [])
         if not isinstance(cell_ids, list) or not isinstance(record_ids, list):
-            raise CommError("MalformedRequest", "'cell_ids' and 'record_ids' are lists")
+            msg = "'cell_ids' and 'record_ids' are lists"
+            raise MalformedRequest(msg)
         if len(cell_ids) + len(record_ids) > MAX_CELL_IDS:
-            raise CommError("TooLarge", f"at most {MAX_CELL_IDS} cell ids in one request")
+            msg = f"at most {MAX_CELL_IDS} cell ids in one request"
+            raise TooLarge(msg)
         if not all(isinstance(c, str) and _CELL_ID.match(c) for c in cell_ids):
-            raise CommError("MalformedRequest", "a cell id is 1 to 64 characters of a-z, A-Z, 0-9, - and _")
+            msg = "a cell id is 1 to 64 characters of a-z, A-Z, 0-9, - and _"
+            raise MalformedRequest(msg)
         if not all(isinstance(r, int) and not isinstance(r, bool) for r in record_ids):
-            raise CommError("MalformedRequest", "a record id is an integer (the store's cells.id)")
+            msg = "a record id is an integer (the store's cells.id)"
+            raise MalformedRequest(msg)
         flags = {name: data.get(name, False) for name in ("previous_sessions", "follow")}
         if not all(isinstance(v, bool) for v in flags.values()):
-            raise CommError("MalformedRequest", "'previous_sessions' and 'follow' are true or false")
+            msg = "'previous_sessions' and 'follow' are true or false"
+            raise MalformedRequest(msg)
         limit = data.get("max_chunk_bytes")
         if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            raise CommError("MalformedRequest", "'max_chunk_bytes' is an integer")
+            msg = "'max_chunk_bytes' is an integer"
+            raise MalformedRequest(msg)
         return cls(cell_ids, record_ids, flags["previous_sessions"], flags["follow"], chunk_limit(limit))
