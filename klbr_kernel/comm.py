@@ -3,21 +3,15 @@
 `Dispatch` hands over every comm_open of target `klbr` and every comm_msg and comm_close of a comm
 opened so; none of them ever reaches a worker. Each is answered at once, also while a cell runs (it
 only reads the cell log and the proxy's state, as `%klbr replay` does), inside exactly one busy/idle
-with its own header (DESIGN.md semantics 1). A request that is not what the protocol says gets an
-error message on its comm, with a name (`CommError`), and changes nothing else.
-
-Following a running or queued cell reuses `replay.Follower`: registered on the request before the
-log is read, it relays what the cell prints after the snapshot, so no line is missed or doubled.
+with its own header (DESIGN.md semantics 1). A request that is not what the protocol says
+(`comm_requests`) gets an error message on its comm, with a name, and changes nothing else.
+Following a running or queued cell is `comm_follow`'s.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import re
 from collections.abc import Callable, Coroutine
-from dataclasses import dataclass, field
-from functools import partial
 from typing import Any
 
 from jupyter_client.session import Session
@@ -26,67 +20,31 @@ from klbr_supervisor.supervisor import Supervisor
 
 from ._version import __version__
 from .cell_log import CellLog, frontend_cell_id
+from .comm_follow import Followed, Following, OpenComm
+from .comm_requests import (
+    MAX_COMM_ID,
+    MAX_COMMS,
+    PROTOCOL,
+    TARGET,
+    CellsRequest,
+    CommError,
+    NotRecording,
+    op_of,
+    request_id,
+    speaks,
+    unfollow_target,
+    unsupported,
+)
 from .frontend import Frontend
-from .outcomes import cell_status
 from .queue import ShellQueue
-from .replay import Follower
 from .replies import Replies
 from .requests import Phase, Request
-from .restore import UNMATCHED_LISTED, Chunks, Json, chunk_limit, entry, unmatched
+from .restore import UNMATCHED_LISTED, Chunks, Json, entry, unmatched
 from .status import status_rows
 
 log = logging.getLogger(__name__)
 
-TARGET = "klbr"
-PROTOCOL = 1
-OPS = frozenset({"hello", "cells", "unfollow", "restart"})
-MAX_COMMS = 64  # klbr comms open at once; opening one more closes the oldest (a page gone for good)
-MAX_COMM_ID = 256  # characters of a comm id answered (longer ones are dropped: echoing them costs)
-MAX_REQUEST_ID = 64
-MAX_CELL_IDS = 100_000
-_CELL_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
-
 Start = Callable[[Coroutine[Any, Any, Any], str, Request | None], None]
-
-
-class CommError(Exception):
-    """A comm request the proxy does not serve. Each kind is a subclass, whose name is what the
-    frontend sees (stable: the protocol's error names); the text says what is wrong."""
-
-    @property
-    def name(self) -> str:
-        return type(self).__name__
-
-    @property
-    def message(self) -> str:
-        return str(self)
-
-
-class UnsupportedVersion(CommError):  # noqa: N818 - the class name is the error name the protocol sends
-    """The request speaks another version of the protocol."""
-
-
-class MalformedRequest(CommError):  # noqa: N818 - the class name is the error name the protocol sends
-    """A field is missing, or of the wrong type or shape."""
-
-
-class UnknownOp(CommError):  # noqa: N818 - the class name is the error name the protocol sends
-    """No such op."""
-
-
-class TooLarge(CommError):  # noqa: N818 - the class name is the error name the protocol sends
-    """A field past its bound."""
-
-
-class NotRecording(CommError):  # noqa: N818 - the class name is the error name the protocol sends
-    """The cell log is not available in this session."""
-
-
-@dataclass(eq=False)
-class _Comm:
-    comm_id: str
-    opened: dict[str, Any]  # the comm_open's header: the parent of what the proxy pushes unasked
-    following: dict[str, tuple[Request, Follower]] = field(default_factory=dict)  # by followed msg_id
 
 
 class KlbrComms:
@@ -100,9 +58,9 @@ class KlbrComms:
         self._session = session
         self._cell_log = cell_log
         self._supervisor = supervisor
-        self._queue = queue
         self._start = start
-        self._comms: dict[str, _Comm] = {}
+        self._following = Following(queue, self._push)
+        self._comms: dict[str, OpenComm] = {}
         self._state: tuple[object, ...] | None = None  # what was last pushed as `state`
 
     def claims(self, req: Request) -> bool:
@@ -148,8 +106,8 @@ class KlbrComms:
 
     def _open(self, req: Request, comm_id: str) -> None:
         version = (req.content.get("data") or {}).get("v")
-        if not _speaks(version):
-            self._error(comm_id, req.header, None, _unsupported(version))
+        if not speaks(version):
+            self._error(comm_id, req.header, None, unsupported(version))
             self._frontend.send_iopub("comm_close", {"comm_id": comm_id, "data": {}}, req.header)
             return
         if comm_id in self._comms:
@@ -158,112 +116,63 @@ class KlbrComms:
             oldest = next(iter(self._comms))
             self._close(oldest)
             self._frontend.send_iopub("comm_close", {"comm_id": oldest, "data": {}}, req.header)
-        self._comms[comm_id] = _Comm(comm_id, req.header)
+        self._comms[comm_id] = OpenComm(comm_id, req.header)
 
     def _close(self, comm_id: str) -> None:
         comm = self._comms.pop(comm_id, None)
         if comm is not None:
-            for msg_id in list(comm.following):
-                self._unfollow(comm, msg_id)
+            comm.closed = True
+            self._following.unfollow_all(comm)
 
     # -- requests ----------------------------------------------------------------------------------
 
-    def _message(self, req: Request, comm: _Comm) -> None:
+    def _message(self, req: Request, comm: OpenComm) -> None:
         data = req.content.get("data") or {}
-        request_id: str | int | None = None
+        rid: str | int | None = None
         try:
-            rid = request_id = self._request_id(data.get("id"))
-            if not _speaks(data.get("v")):
-                raise _unsupported(data.get("v"))
-            op = data.get("op")
-            if not isinstance(op, str) or op not in OPS:
-                shown = op[:40] if isinstance(op, str) else type(op).__name__
-                msg = f"no op {shown!r}: the ops are {', '.join(sorted(OPS))}"
-                raise UnknownOp(msg)
+            rid = request_id(data.get("id"))
+            if not speaks(data.get("v")):
+                raise unsupported(data.get("v"))
+            op = op_of(data)
             if op == "hello":
-                self._push(comm, req.header, {"op": "hello", "id": request_id, **self._state_fields()})
+                self._push(comm, req.header, {"op": "hello", "id": rid, **self._state_fields()})
             elif op == "unfollow":
-                msg_id = data.get("msg_id")
-                if not isinstance(msg_id, str):
-                    msg = "unfollow needs 'msg_id', a string"
-                    raise MalformedRequest(msg)
-                self._unfollow(comm, msg_id)
-                self._push(comm, req.header, {"op": "unfollow", "id": request_id, "msg_id": msg_id[:100]})
+                msg_id = unfollow_target(data)
+                self._following.unfollow(comm, msg_id)
+                self._push(comm, req.header, {"op": "unfollow", "id": rid, "msg_id": msg_id[:100]})
             elif op == "cells":
-                work = self._cells(req, comm, rid, _CellsRequest.parse(data))
+                work = self._cells(req, comm, rid, CellsRequest.parse(data))
                 self._start(work, "a klbr comm's cells request", req)
                 return
             elif op == "restart":
                 self._start(self._restart(req, comm, rid), "a klbr comm's restart", req)
                 return
         except CommError as e:
-            self._error(comm.comm_id, req.header, request_id, e)
+            self._error(comm.comm_id, req.header, rid, e)
         self._done(req)
 
-    @staticmethod
-    def _request_id(value: object) -> str | int:
-        if isinstance(value, bool) or not isinstance(value, (str, int)):
-            msg = "a request needs 'id', a string or an integer of its own choosing"
-            raise MalformedRequest(msg)
-        if isinstance(value, str) and len(value) > MAX_REQUEST_ID:
-            msg = f"a request id has at most {MAX_REQUEST_ID} characters"
-            raise TooLarge(msg)
-        if isinstance(value, int) and abs(value) >= 2**53:
-            msg = "a request id is an integer JavaScript can hold exactly"
-            raise TooLarge(msg)
-        return value
-
-    async def _cells(self, req: Request, comm: _Comm, request_id: str | int, ask: _CellsRequest) -> None:
+    async def _cells(self, req: Request, comm: OpenComm, rid: str | int, ask: CellsRequest) -> None:
         cell_log = self._cell_log
         if not cell_log.recording:
-            self._error(comm.comm_id, req.header, request_id,
+            self._error(comm.comm_id, req.header, rid,
                         NotRecording("the cell log is not available in this session: nothing to restore"))
             self._done(req)
             return
-        live, followed = self._follow(req, comm, ask)
+        live = self._following.running()
+        followed: Followed = self._following.follow(req, comm) if ask.follow else []
         # A followed running cell's snapshot ends where its follower starts; unfollowed, it is all
         # that was recorded by the time of the read.
         before = live.record.seq + 1 if ask.follow and live is not None and live.record is not None else None
         try:
             await cell_log.settled()
-            self._answer_cells(req, comm, request_id, ask, live, before)
+            self._answer_cells(req, comm, rid, ask, live, before)
         except BaseException:
-            for target, _follower in followed:
-                self._unfollow(comm, target.msg_id)
+            self._following.unfollow_all(comm, followed)
             raise
-        for target, follower in followed:
-            follower.caught_up()  # what it printed meanwhile, then the rest as it comes
-            # Its end is told after its last output, also when it ended while the log was read.
-            follower.ended.add_done_callback(partial(self._ended, comm, target))
+        self._following.caught_up(comm, followed)
         self._done(req)
 
-    def _follow(self, req: Request, comm: _Comm,
-                ask: _CellsRequest) -> tuple[Request | None, list[tuple[Request, Follower]]]:
-        """The cell running now (whose snapshot is cut at its current output), and followers
-        registered on it and on the cells queued behind it, before anything is read."""
-        inflight = self._queue.inflight
-        live = inflight if (inflight is not None and inflight.with_worker and inflight.record is not None
-                            and inflight.record.id is not None) else None
-        followed: list[tuple[Request, Follower]] = []
-        if not ask.follow:
-            return live, followed
-        for target in self._live_cells():
-            if target.msg_id in comm.following:
-                continue
-            follower = Follower(req, partial(self._relay, comm, target))
-            target.followers.append(follower)
-            comm.following[target.msg_id] = (target, follower)
-            followed.append((target, follower))
-        return live, followed
-
-    def _live_cells(self) -> list[Request]:
-        """Executes of a notebook cell that are running or queued, in order."""
-        queue = self._queue
-        candidates = ([queue.inflight] if queue.inflight is not None else []) + list(queue.waiting)
-        return [r for r in candidates if r.msg_type == "execute_request" and r.counts and r.phase is not Phase.DONE
-                and frontend_cell_id(r) is not None]
-
-    def _answer_cells(self, req: Request, comm: _Comm, request_id: str | int, ask: _CellsRequest,
+    def _answer_cells(self, req: Request, comm: OpenComm, rid: str | int, ask: CellsRequest,
                       live: Request | None, before: int | None) -> None:
         cell_log = self._cell_log
         rows = cell_log.frontend_cells(self._supervisor.notebook, previous_sessions=ask.previous_sessions)
@@ -280,7 +189,7 @@ class KlbrComms:
             outputs = cell_log.replay_outputs(row["id"], before if running else None)
             for full in chunks.add(fields, outputs):
                 self._push(comm, req.header,
-                           {"op": "cells", "id": request_id, "chunk": k, "last": False, "cells": full})
+                           {"op": "cells", "id": rid, "chunk": k, "last": False, "cells": full})
                 k += 1
         session = cell_log.session_id
         listed = set(wanted)
@@ -288,50 +197,22 @@ class KlbrComms:
                    if row["session_id"] == session and row["frontend_cell_id"] not in listed
                    and row["id"] not in ask.record_ids][:UNMATCHED_LISTED]
         queued = [{"cell_id": frontend_cell_id(r), "msg_id": r.msg_id, "code": r.code}
-                  for r in self._live_cells() if r is not live]
+                  for r in self._following.live_cells() if r is not live]
         self._push(comm, req.header, {
-            "op": "cells", "id": request_id, "chunk": k, "last": True, "cells": chunks.rest(), "session": session,
+            "op": "cells", "id": rid, "chunk": k, "last": True, "cells": chunks.rest(), "session": session,
             "unmatched": missing, "queued": queued, "following": sorted(comm.following)})
 
-    async def _restart(self, req: Request, comm: _Comm, request_id: str | int) -> None:
+    async def _restart(self, req: Request, comm: OpenComm, rid: str | int) -> None:
         """As `%klbr restart`: a fresh generation; answered once it has taken over (or failed to)."""
         old = self._supervisor.current
         await self._supervisor.restart()
         new = self._supervisor.current
         text = (f"generation {old.number if old else '-'} ended; generation "
                 f"{new.number if new else '-'} takes over with a fresh namespace")
-        self._push(comm, req.header, {"op": "restart", "id": request_id, "text": text, **self._state_fields()})
+        self._push(comm, req.header, {"op": "restart", "id": rid, "text": text, **self._state_fields()})
         if req.phase is Phase.PROXY:
             self._done(req)
         self.changed()
-
-    # -- following ---------------------------------------------------------------------------------
-
-    def _relay(self, comm: _Comm, target: Request, _replay: Request, msg_type: str, content: Json) -> None:
-        """A follower's publish: an output of `target`, for `comm` (the follower's own request,
-        `_replay`, is the comm message that asked)."""
-        self._output(comm, target, msg_type, content)
-
-    def _output(self, comm: _Comm, target: Request, msg_type: str, content: Json) -> None:
-        if comm.comm_id in self._comms:
-            record_id = target.record.id if target.record is not None else None
-            self._push(comm, comm.opened, {"op": "output", "msg_id": target.msg_id, "record_id": record_id,
-                                           "msg_type": msg_type, "content": content})
-
-    def _ended(self, comm: _Comm, target: Request, _ended: asyncio.Future[None] | None = None) -> None:
-        """The followed cell is answered (its outcome committed): say how it ended, once."""
-        if comm.following.pop(target.msg_id, None) is None or comm.comm_id not in self._comms:
-            return
-        reply = target.reply_content or {}
-        count = reply.get("execution_count", target.count)
-        self._push(comm, comm.opened, {
-            "op": "ended", "msg_id": target.msg_id, "record_id": target.record.id if target.record else None,
-            "status": cell_status(reply, own=target.outcome, interrupted=target.interrupted) if reply else "aborted", "execution_count": count})
-
-    def _unfollow(self, comm: _Comm, msg_id: str) -> None:
-        target, follower = comm.following.pop(msg_id, (None, None))
-        if target is not None and follower in target.followers:
-            target.followers.remove(follower)
 
     # -- sending -----------------------------------------------------------------------------------
 
@@ -347,58 +228,15 @@ class KlbrComms:
             "status": [list(row) for row in status_rows(supervisor, cell_log, self._frontend)],
         }
 
-    def _push(self, comm: _Comm, parent: dict[str, Any], data: Json) -> None:
+    def _push(self, comm: OpenComm, parent: dict[str, Any], data: Json) -> None:
         self._frontend.send_iopub("comm_msg", {"comm_id": comm.comm_id, "data": {"v": PROTOCOL, **data}}, parent)
 
-    def _error(self, comm_id: str, parent: dict[str, Any], request_id: str | int | None, error: CommError) -> None:
+    def _error(self, comm_id: str, parent: dict[str, Any], rid: str | int | None, error: CommError) -> None:
         log.info("klbr comm %s: %s: %s", comm_id[:40], error.name, error.message)
-        data = {"v": PROTOCOL, "id": request_id, "error": {"name": error.name, "message": error.message}}
+        data = {"v": PROTOCOL, "id": rid, "error": {"name": error.name, "message": error.message}}
         self._frontend.send_iopub("comm_msg", {"comm_id": comm_id, "data": data}, parent)
 
     def _done(self, req: Request) -> None:
         req.move(Phase.ANSWERED)
         self._replies.idle(req)
         req.move(Phase.DONE)
-
-
-def _speaks(version: object) -> bool:
-    return type(version) is int and version == PROTOCOL  # not True, not 1.0
-
-
-def _unsupported(version: object) -> CommError:
-    shown = repr(version)[:40] if isinstance(version, (str, int, float)) or version is None else type(version).__name__
-    return UnsupportedVersion(f"this kernel speaks klbr comm protocol {PROTOCOL}, not {shown}")
-
-
-@dataclass(frozen=True)
-class _CellsRequest:
-    cell_ids: list[str]
-    record_ids: list[int]
-    previous_sessions: bool
-    follow: bool
-    max_chunk_bytes: int
-
-    @classmethod
-    def parse(cls, data: Json) -> _CellsRequest:
-        cell_ids, record_ids = data.get("cell_ids", []), data.get("record_ids", [])
-        if not isinstance(cell_ids, list) or not isinstance(record_ids, list):
-            msg = "'cell_ids' and 'record_ids' are lists"
-            raise MalformedRequest(msg)
-        if len(cell_ids) + len(record_ids) > MAX_CELL_IDS:
-            msg = f"at most {MAX_CELL_IDS} cell ids in one request"
-            raise TooLarge(msg)
-        if not all(isinstance(c, str) and _CELL_ID.match(c) for c in cell_ids):
-            msg = "a cell id is 1 to 64 characters of a-z, A-Z, 0-9, - and _"
-            raise MalformedRequest(msg)
-        if not all(isinstance(r, int) and not isinstance(r, bool) for r in record_ids):
-            msg = "a record id is an integer (the store's cells.id)"
-            raise MalformedRequest(msg)
-        flags = {name: data.get(name, False) for name in ("previous_sessions", "follow")}
-        if not all(isinstance(v, bool) for v in flags.values()):
-            msg = "'previous_sessions' and 'follow' are true or false"
-            raise MalformedRequest(msg)
-        limit = data.get("max_chunk_bytes")
-        if limit is not None and (isinstance(limit, bool) or not isinstance(limit, int)):
-            msg = "'max_chunk_bytes' is an integer"
-            raise MalformedRequest(msg)
-        return cls(cell_ids, record_ids, flags["previous_sessions"], flags["follow"], chunk_limit(limit))
