@@ -14,12 +14,26 @@ import statistics
 import sys
 import tempfile
 from contextlib import ExitStack
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
-from measures import (eight_at_once, host_calls, kernel, million_cell_listing, nbclient_100, pid_of_worker,
-                      placement_first_cell, recovery, replay_10k, rotated, rss_mib, run_cell, startup, store_cost,
-                      trivial_cells)
+from measures import (
+    eight_at_once,
+    host_calls,
+    kernel,
+    million_cell_listing,
+    nbclient_100,
+    pid_of_worker,
+    placement_first_cell,
+    recovery,
+    replay_10k,
+    rotated,
+    rss_mib,
+    run_cell,
+    startup,
+    store_cost,
+    trivial_cells,
+)
 
 KERNELS = {"klbr": "klbr", "ipykernel": "python3", "ipykernel A/A": "python3-aa"}
 # Not klbr, for reading its trivial-cell ratio: what a proxy process costs at the least (ipykernel
@@ -33,7 +47,7 @@ PLACED = "%klbr placement python: → first cell (s)"
 # through the same kind of ssh Unix socket forwards (`forwarder.py --ssh`): "ipykernel" in those rows.
 SSH = {"klbr": "klbr-bench-ssh", "ipykernel": "klbr-bench-ssh-floor", "ipykernel A/A": "klbr-bench-ssh-floor"}
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from sshd import Sshd  # noqa: E402
+from sshd import Sshd
 
 
 def _bench_kernelspecs(sshd: Sshd) -> str:
@@ -183,7 +197,7 @@ def run(args, sshd: Sshd) -> None:
         noise = f"{aa / ip:.2f}×" if aa is not None and ip else "n/a"
         lines.append(f"| {name} | {fmt(k)} | {fmt(ip)} | {ratio} | {noise} |")
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
-    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     table = "\n".join(lines)
     # Reading the trivial-cell ratio: each kernel's percentiles against ipykernel's, same rounds.
     cell = "trivial cell (ms)"

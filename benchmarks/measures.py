@@ -92,9 +92,7 @@ def run_cell(kc, code: str, timeout: float = 300) -> float:
             if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status" \
                     and msg["content"]["execution_state"] == "idle":
                 idle = True
-        if not reply and kc.shell_channel.msg_ready():
-            reply = kc.get_shell_msg(timeout=timeout)["parent_header"].get("msg_id") == msg_id
-        elif idle and not reply:
+        if (not reply and kc.shell_channel.msg_ready()) or (idle and not reply):
             reply = kc.get_shell_msg(timeout=timeout)["parent_header"].get("msg_id") == msg_id
     return time.perf_counter() - start
 

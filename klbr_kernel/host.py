@@ -37,6 +37,8 @@ import sys
 import threading
 import time
 import uuid
+from collections.abc import Callable
+from typing import Any
 
 import zmq
 
@@ -98,7 +100,7 @@ def _cell() -> str | None:
     thread = threading.current_thread()
     if thread is not threading.main_thread():
         stamped = getattr(thread, "_klbr_cell", None)
-        if stamped is not None:
+        if isinstance(stamped, str):
             return stamped
     return _parent_msg_id()
 
@@ -109,23 +111,25 @@ def _cell() -> str | None:
 # would replace nothing, but it cannot be removed and runs for every audited event of the process:
 # a Python hook made `id()` 8x slower here (28 -> 230 ns), and it sees no pooled hand-over at all.
 
-def _starting(function, *args, **kwargs):
+def _starting(function: Callable[..., object], *args: object, **kwargs: object) -> object:
     """`threading`'s own start of a thread's OS thread; its function is `Thread._bootstrap`, bound."""
     thread = getattr(function, "__self__", None)
     if isinstance(thread, threading.Thread):
-        thread._klbr_cell = _cell()  # an attribute, as ipykernel stamps threads: a subclass may be unhashable
+        # an attribute, as ipykernel stamps threads: a subclass may be unhashable (an attribute of
+        # our own, which typeshed's Thread does not declare)
+        thread._klbr_cell = _cell()  # type: ignore[attr-defined]
     return _start(function, *args, **kwargs)
 
 
-class _HandedWork(concurrent.futures.thread._WorkItem):
+class _HandedWork(concurrent.futures.thread._WorkItem[Any]):
     """The work item `ThreadPoolExecutor.submit` makes (in the submitting thread) and a pool's
     thread runs: it carries the cell it was submitted in."""
 
-    def __init__(self, *args, **kwargs):
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._klbr_cell = _cell()
 
-    def run(self, *args, **kwargs):
+    def run(self, *args: Any, **kwargs: Any) -> None:
         token = _handed.set(self._klbr_cell)
         try:
             return super().run(*args, **kwargs)
@@ -138,7 +142,7 @@ class _HandedWork(concurrent.futures.thread._WorkItem):
 _START = "_start_joinable_thread" if hasattr(threading, "_start_joinable_thread") else "_start_new_thread"
 _start = getattr(threading, _START)
 setattr(threading, _START, _starting)
-concurrent.futures.thread._WorkItem = _HandedWork
+concurrent.futures.thread._WorkItem = _HandedWork  # type: ignore[misc]  # replacing the class is the point
 
 
 # -- the channel ------------------------------------------------------------------------------------
@@ -147,25 +151,28 @@ class _Channel:
     def __init__(self) -> None:
         endpoint, token, key = (os.environ.get(name) for name in (ENDPOINT, TOKEN, KEY))
         if not (endpoint and token and key):
-            raise HostError("forbidden", "this interpreter was not started by a klbr supervisor (no host channel)")
+            msg = "this interpreter was not started by a klbr supervisor (no host channel)"
+            raise HostError(code="forbidden", message=msg)
         self.endpoint, self.token, self.key = endpoint, token, key.encode()
         self._local = threading.local()
 
-    def _socket(self) -> zmq.Socket:
-        sock = getattr(self._local, "socket", None)
+    def _socket(self) -> zmq.Socket[bytes]:
+        sock: zmq.Socket[bytes] | None = getattr(self._local, "socket", None)
         if sock is None:
-            sock = zmq.Context.instance().socket(zmq.DEALER)
+            context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
+            sock = context.socket(zmq.DEALER)
             sock.linger = 0
             sock.connect(self.endpoint)
             self._local.socket = sock
         return sock
 
-    def call(self, method: str, args: dict, timeout: float) -> object:
+    def call(self, method: str, args: dict[str, Any], timeout: float) -> Any:
         call_id = uuid.uuid4().hex
         payload = json.dumps({"call": call_id, "token": self.token, "cell": _cell(), "method": method,
                               "args": args}).encode()
         if len(payload) > MAX_REQUEST:
-            raise HostError("too_large", f"a request may carry at most {MAX_REQUEST} bytes ({len(payload)} here)")
+            msg = f"a request may carry at most {MAX_REQUEST} bytes ({len(payload)} here)"
+            raise HostError(code="too_large", message=msg)
         frames = [PROTOCOL, sign(self.key, payload), payload]
         sock = self._socket()
         deadline = time.monotonic() + timeout
@@ -180,9 +187,10 @@ class _Channel:
                     raise HostError(str(reply.get("code")), str(reply.get("message")))
                 wait = min(_RESEND_EVERY, deadline - time.monotonic())
             if time.monotonic() >= deadline:
-                raise HostError("timeout", f"no answer to {method}() within {timeout:g} s")
+                msg = f"no answer to {method}() within {timeout:g} s"
+                raise HostError(code="timeout", message=msg)
 
-    def _reply(self, frames: list[bytes], call_id: str) -> dict | None:
+    def _reply(self, frames: list[bytes], call_id: str) -> dict[str, Any] | None:
         """The reply to `call_id`, or None for anything else (a late answer to an earlier send)."""
         if len(frames) != 3 or frames[0] != PROTOCOL or not hmac.compare_digest(frames[1], sign(self.key, frames[2])):
             return None
@@ -197,8 +205,9 @@ _channel: _Channel | None = None
 _channel_lock = threading.Lock()
 
 
-def _call(method: str, args: dict | None = None, wait: float = CALL_TIMEOUT) -> object:
-    """Call `method` with `args`; wait at most `wait` seconds for the answer."""
+def _call(method: str, args: dict[str, Any] | None = None, wait: float = CALL_TIMEOUT) -> Any:
+    """Call `method` with `args`; wait at most `wait` seconds for the answer: a JSON value, as the
+    supervisor's reply holds it (each call below says what it is)."""
     global _channel
     with _channel_lock:
         if _channel is None:
@@ -208,34 +217,38 @@ def _call(method: str, args: dict | None = None, wait: float = CALL_TIMEOUT) -> 
 
 # -- the calls --------------------------------------------------------------------------------------
 
-def inspect() -> dict:
+def inspect() -> dict[str, Any]:
     """`session`, `generation`, `placement`, `identity` (platform, arch, hostname, interpreter and
     its version, pid, cwd), `cell` (the store's id of this cell) and `time_left` (seconds, or None)."""
-    return _call("inspect")
+    found: dict[str, Any] = _call("inspect")
+    return found
 
 
 def run(argv: list[str], cwd: str = ".", env: dict[str, str] | None = None, stdin: bytes | str | None = None,
-        timeout: float = 60, max_output: int = 1_000_000) -> dict:
+        timeout: float = 60, max_output: int = 1_000_000) -> dict[str, Any]:
     """Run `argv` on the supervisor's machine, in `cwd` inside its workspace, in a process group of
     its own, for at most `timeout` seconds. Returns `exit_code`, `stdout`, `stderr`, `timed_out`,
     `stdout_truncated`, `stderr_truncated` (past `max_output` bytes each) and `duration`."""
     if isinstance(stdin, bytes):
         stdin = stdin.decode("utf-8", "surrogateescape")
-    wait = timeout + CALL_TIMEOUT if isinstance(timeout, (int, float)) and timeout > 0 else CALL_TIMEOUT
-    return _call("run", {"argv": argv, "cwd": cwd, "env": env, "stdin": stdin, "timeout": timeout,
-                         "max_output": max_output}, wait)
+    # cell code may pass anything as `timeout` (the supervisor answers a bad one `invalid`)
+    wait = timeout + CALL_TIMEOUT if isinstance(timeout, (int, float)) and timeout > 0 else CALL_TIMEOUT  # type: ignore[redundant-expr]
+    found: dict[str, Any] = _call("run", {"argv": argv, "cwd": cwd, "env": env, "stdin": stdin, "timeout": timeout,
+                                          "max_output": max_output}, wait)
+    return found
 
 
-def put(key: str, value) -> None:
+def put(key: str, value: object) -> None:
     """Keep `value` (anything JSON can hold) under `key`, for this notebook, in the cell log."""
     try:
         text = json.dumps(value)
     except (TypeError, ValueError) as e:
-        raise HostError("invalid", f"the value is not JSON: {e}") from None
+        msg = f"the value is not JSON: {e}"
+        raise HostError(code="invalid", message=msg) from None
     _call("put", {"key": key, "value": text})
 
 
-def get(key: str, default=None):
+def get(key: str, default: Any = None) -> Any:
     """The value `put` kept under `key` for this notebook, or `default`."""
     found = _call("get", {"key": key})
     return json.loads(found) if isinstance(found, str) else default
@@ -243,7 +256,8 @@ def get(key: str, default=None):
 
 def keys() -> list[str]:
     """The keys this notebook has values under."""
-    return _call("keys")
+    found: list[str] = _call("keys")
+    return found
 
 
 def notify(text: str) -> None:

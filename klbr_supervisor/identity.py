@@ -8,6 +8,12 @@ import json
 import os
 import platform
 import socket
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from jupyter_client.session import Session
+
+    from .readiness import Readiness
 
 # What a Python worker that may run elsewhere is asked, as a user expression of a silent execute:
 # its own answer, from wherever it runs.
@@ -17,7 +23,7 @@ EXPRESSION = ("__import__('json').dumps({'hostname': __import__('socket').gethos
               "'cwd': __import__('os').getcwd()})")
 
 
-def snapshot(pid: int, kernel_info: dict) -> dict:
+def snapshot(pid: int, kernel_info: dict[str, Any]) -> dict[str, Any]:
     """Hostname, platform, arch, interpreter and its version, pid and cwd of the worker `pid` (here)."""
     def link(name: str) -> str | None:
         try:
@@ -38,7 +44,7 @@ def snapshot(pid: int, kernel_info: dict) -> dict:
     }
 
 
-def from_answer(content: dict, kernel_info: dict) -> dict | None:
+def from_answer(content: dict[str, Any], kernel_info: dict[str, Any]) -> dict[str, Any] | None:
     """The identity in an execute_reply to `EXPRESSION` (as user expression ``identity``), or None."""
     try:
         text = content["user_expressions"]["identity"]["data"]["text/plain"]
@@ -51,7 +57,7 @@ def from_answer(content: dict, kernel_info: dict) -> dict | None:
     return {**{k: answer.get(k) for k in keys}, "version": kernel_info.get("language_info", {}).get("version")}
 
 
-async def ask_identity(readiness, session) -> dict | None:
+async def ask_identity(readiness: Readiness, session: Session) -> dict[str, Any] | None:
     """Ask a Python worker that may run elsewhere where it runs (None: not Python, or no answer)."""
     if readiness.kernel_info.get("language_info", {}).get("name") != "python":
         return None

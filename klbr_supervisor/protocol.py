@@ -20,9 +20,11 @@ from typing import Any
 DELIM = b"<IDS|MSG>"
 
 Sign = Callable[[list[bytes]], bytes]
+# Received frames: bytes, or `zmq.Frame` (not imported here: standard library only, see above).
+Frames = list[Any]
 
 
-class MalformedMessage(ValueError):
+class MalformedMessage(ValueError):  # noqa: N818 — public name caught across both packages and tests
     """Frames that are not a Jupyter message (no delimiter, missing parts, undecodable header)."""
 
 
@@ -35,23 +37,23 @@ def as_bytes(frame: Any) -> bytes:
     return frame.bytes if hasattr(frame, "bytes") else bytes(frame)
 
 
-def split(frames: list) -> tuple[list, list]:
+def split(frames: Frames) -> tuple[Frames, Frames]:
     """Received frames cut at the delimiter: (routing prefix, body), the body being
     ``[signature, header, parent_header, metadata, content, *buffers]`` as signed. No frame is
     copied (only one of the delimiter's length is read, to compare it). Raises `MalformedMessage`
     when there is no delimiter or fewer than five frames follow it."""
-    for i, frame in enumerate(frames):
-        if len(frame) == len(DELIM) and as_bytes(frame) == DELIM:
-            break
-    else:
-        raise MalformedMessage("no <IDS|MSG> delimiter")
+    i = next((i for i, frame in enumerate(frames) if len(frame) == len(DELIM) and as_bytes(frame) == DELIM), None)
+    if i is None:
+        msg = "no <IDS|MSG> delimiter"
+        raise MalformedMessage(msg)
     body = frames[i + 1 :]
     if len(body) < 5:
-        raise MalformedMessage(f"{len(body)} frames after the delimiter, at least 5 expected")
+        msg = f"{len(body)} frames after the delimiter, at least 5 expected"
+        raise MalformedMessage(msg)
     return frames[:i], body
 
 
-def verify(body: list, sign: Sign | None) -> list[bytes]:
+def verify(body: Frames, sign: Sign | None) -> list[bytes]:
     """The four signed parts of `body` (header, parent header, metadata, content) as bytes, once its
     signature is what `sign` makes of them; `sign` None: no key, nothing to check. Raises
     `BadSignature` (as jupyter_client's `Session.deserialize` refuses an unsigned or invalid one)."""
@@ -59,9 +61,11 @@ def verify(body: list, sign: Sign | None) -> list[bytes]:
     if sign is not None:
         signature = as_bytes(body[0])
         if not signature:
-            raise BadSignature("unsigned message")
+            msg = "unsigned message"
+            raise BadSignature(msg)
         if not hmac.compare_digest(signature, sign(parts)):
-            raise BadSignature("invalid signature")
+            msg = "invalid signature"
+            raise BadSignature(msg)
     return parts
 
 

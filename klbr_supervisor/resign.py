@@ -10,10 +10,11 @@ a shared-key worker sends them (DESIGN.md, placement: keys). Content and buffers
 from __future__ import annotations
 
 import json
+from typing import Any
 
 from jupyter_client.session import Session
 
-from .protocol import DELIM, BadSignature, as_bytes, split, verify
+from .protocol import DELIM, BadSignature, Frames, as_bytes, split, verify
 
 __all__ = ["BadSignature", "Resigner", "take_key"]
 
@@ -27,7 +28,7 @@ class Resigner:
         # every header as jupyter_client packs JSON: such a header goes on as it is, unparsed.
         self._ours = f'"session": "{frontend.session}"'.encode()
 
-    def from_worker(self, frames: list) -> list:
+    def from_worker(self, frames: Frames) -> Frames:
         """Frames as the worker sent them -> frames as a shared-key worker would have sent them.
         Raises `BadSignature` (not its generation's key), or another `MalformedMessage` for frames
         that are no message."""
@@ -40,14 +41,14 @@ class Resigner:
         signed = [header, parent, metadata, content]
         return [*prefix, DELIM, self.frontend.sign(signed), *signed, *body[5:]]
 
-    def to_worker(self, frames: list) -> list:
+    def to_worker(self, frames: Frames) -> Frames:
         """``[DELIM, hmac, header, parent, metadata, content, *buffers]`` signed with the frontend's
         key (or by the proxy) -> the same message signed with the generation's key."""
         signed = [as_bytes(f) for f in frames[2:6]]
         return [DELIM, self.worker.sign(signed), *signed, *frames[6:]]
 
 
-def take_key(session, info: dict) -> None:
+def take_key(session: Session, info: dict[str, Any]) -> None:
     """The key and scheme a worker signs with, as its launch reports them, into its `session`: a
     provisioner's launcher may choose its own (gateway_provisioners' do)."""
     key = info.get("key")

@@ -36,6 +36,7 @@ from .targets import Given, check, kind_for, target_for
 from .tasks import Tasks
 from .wire import Wire
 
+
 class Supervisor(Succession, SupervisorSettings):
     """Configured as `Supervisor.*` (see `settings`)."""
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
+from .protocol import Frames
 from .readiness import Readiness
 from .resign import Resigner
 from .states import GenerationState
@@ -35,11 +36,11 @@ class Traffic:
         self._on_message = on_message
         self.heard: Callable[[], None] | None = None  # once its link is watched (`link`)
 
-    def outgoing(self, frames: list) -> list:
+    def outgoing(self, frames: Frames) -> Frames:
         """Frames for the worker, as the proxy would send them to a shared-key worker."""
         return self._resigner.to_worker(frames) if self._resigner is not None else frames
 
-    def received(self, channel: str, frames: list) -> None:
+    def received(self, channel: str, frames: Frames) -> None:
         """Frames from the worker on `channel` (its `connection` calls this, on the loop)."""
         gen = self._generation
         try:

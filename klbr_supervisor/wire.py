@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass, field
+from typing import Any
 
-from .protocol import DELIM, MalformedMessage, as_bytes, split
+from .protocol import DELIM, Frames, MalformedMessage, as_bytes, split
 
 __all__ = ["MalformedMessage", "Wire"]
 
@@ -21,14 +22,14 @@ class Wire:
     `body` is ``[hmac, header, parent_header, metadata, content, *buffers]``, exactly as signed.
     """
 
-    prefix: list
-    body: list
-    header: dict
-    parent: dict
-    _content: dict | None = field(default=None, repr=False)
+    prefix: Frames
+    body: Frames
+    header: dict[str, Any]
+    parent: dict[str, Any]
+    _content: dict[str, Any] | None = field(default=None, repr=False)
 
     @classmethod
-    def parse(cls, frames: list) -> Wire:
+    def parse(cls, frames: Frames) -> Wire:
         """Received frames cut at the delimiter (`protocol.split`) with their headers decoded; raise
         `MalformedMessage` if they are not a message. The signature is not checked here: a shared-key
         worker's is the frontend's to check, a re-signed worker's was checked by `resign`."""
@@ -37,30 +38,36 @@ class Wire:
             header = json.loads(as_bytes(body[1]))
             parent = json.loads(as_bytes(body[2]))
         except (ValueError, UnicodeDecodeError) as e:
-            raise MalformedMessage(f"undecodable header: {e}") from None
+            msg = f"undecodable header: {e}"
+            raise MalformedMessage(msg) from None
         if not isinstance(header, dict) or not isinstance(parent, dict):
-            raise MalformedMessage("header is not an object")
+            msg = "header is not an object"
+            raise MalformedMessage(msg)
         return cls(prefix, body, header, parent)
 
     @property
     def msg_type(self) -> str:
-        return self.header.get("msg_type", "")
+        # A peer's JSON: a str by the protocol, taken as such, as jupyter_client does.
+        value: str = self.header.get("msg_type", "")
+        return value
 
     @property
     def msg_id(self) -> str:
-        return self.header.get("msg_id", "")
+        value: str = self.header.get("msg_id", "")
+        return value
 
     @property
     def parent_id(self) -> str:
-        return self.parent.get("msg_id", "")
+        value: str = self.parent.get("msg_id", "")
+        return value
 
     @property
-    def content(self) -> dict:
+    def content(self) -> dict[str, Any]:
         """The decoded content, on demand (replies whose status matters, stdin requests)."""
         if self._content is None:
             self._content = json.loads(as_bytes(self.body[4]))
         return self._content
 
-    def frames(self) -> list:
+    def frames(self) -> Frames:
         """Frames to send on a DEALER toward a worker, or after a frontend identity."""
         return [DELIM, *self.body]
