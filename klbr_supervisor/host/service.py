@@ -34,8 +34,8 @@ from .channel import Answer, Credentials, HostChannel
 from .record import AnswerRecord
 
 if TYPE_CHECKING:
-    from ..generation import Generation
     from ..boot.reaper import Reaper
+    from ..generation import Generation
     from ..supervisor import Supervisor
 
 MAX_KEY = 256  # characters of a kv key

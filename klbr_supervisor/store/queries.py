@@ -8,9 +8,8 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from datetime import datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta
 from typing import NamedTuple
-
 
 
 def connect(path: str, *, write: bool = False) -> sqlite3.Connection:
@@ -57,7 +56,7 @@ def cell(conn: sqlite3.Connection, cell_id: int) -> tuple[sqlite3.Row | None, li
 
 def prune(conn: sqlite3.Connection, older_than_days: float) -> int:
     """Delete sessions that ended more than `older_than_days` ago, with all they hold. Returns how many."""
-    cutoff = (datetime.now(timezone.utc) - timedelta(days=older_than_days)).isoformat(timespec="milliseconds")
+    cutoff = (datetime.now(UTC) - timedelta(days=older_than_days)).isoformat(timespec="milliseconds")
     cutoff = cutoff.replace("+00:00", "Z")
     conn.execute("BEGIN IMMEDIATE")
     try:

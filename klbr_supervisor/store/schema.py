@@ -95,15 +95,16 @@ MIGRATIONS: list[tuple[str, ...]] = [
 VERSION = len(MIGRATIONS)
 
 
-class SchemaTooNew(RuntimeError):
+class SchemaTooNewError(RuntimeError):
     """The file was written by a newer klbr; this one will not guess at its schema."""
 
 
 def migrate(conn: sqlite3.Connection) -> int:
     """Bring the schema to `VERSION`, one committed step at a time; returns the version found."""
-    found = conn.execute("PRAGMA user_version").fetchone()[0]
+    found: int = conn.execute("PRAGMA user_version").fetchone()[0]
     if found > VERSION:
-        raise SchemaTooNew(f"schema version {found} is newer than this klbr understands ({VERSION})")
+        msg = f"schema version {found} is newer than this klbr understands ({VERSION})"
+        raise SchemaTooNewError(msg)
     for version in range(found, VERSION):
         conn.execute("BEGIN IMMEDIATE")
         try:
