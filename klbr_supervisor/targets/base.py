@@ -40,7 +40,7 @@ import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, NotRequired, TypedDict
 
 from jupyter_client.session import Session
 
@@ -64,6 +64,20 @@ MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC
                "HTTPS_PROXY", "NO_PROXY")
 
 
+class GenerationArgs(TypedDict):
+    """The keywords `factory.target_for` passes on to a target, beside its placement."""
+
+    session: Session
+    given: Given
+    early: NotRequired[Early | None]
+
+
+class TargetArgs(GenerationArgs):
+    """Every keyword `Target.__init__` takes, as its subclasses pass them on."""
+
+    worker_kernel: NotRequired[str]
+
+
 class LaunchError(Exception):
     """The worker could not be launched; the text says why."""
 
@@ -75,7 +89,7 @@ class Given:
     number: int  # the generation's
     runtime_dir: str  # the kernel's own 0700 directory: connection files, ipc sockets
     reaper: Reaper  # watches every local process group, in case the kernel dies
-    context: zmq.Context  # the supervisor's; a target shadows it, with no ZMQ threads of its own
+    context: zmq.Context[zmq.Socket[bytes]]  # the supervisor's; a target shadows it, with no ZMQ threads of its own
     log: logging.Logger
     ssh: SshCommand = (["ssh"], [])
     link_timeout: float = 15.0
@@ -96,7 +110,8 @@ class Target(ABC):
         """Created by the supervisor for one generation (see `factory.target_for`); `session` is the
         proxy's (its key, scheme and session id), `early` what `boot.prelaunch` started for it."""
         if early is not None and not self.starts_early:
-            raise ValueError(f"{type(self).__name__} cannot adopt a worker started early")
+            message = f"{type(self).__name__} cannot adopt a worker started early"
+            raise ValueError(message)
         self.placement = placement
         self.kernel_name = ""  # the kernelspec it launches (klbr's own names for its built-in ones)
         self.session = session if self.shares_key else Session(
@@ -127,7 +142,7 @@ class Target(ABC):
         return [*own, *options]
 
     @abstractmethod
-    async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict:
+    async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict[str, Any]:
         """Start the worker with `extra_arguments` after its own command line; its connection info.
         From then on its end is reported once, to `on_exit`. Raises `LaunchError`."""
 

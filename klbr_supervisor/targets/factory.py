@@ -9,8 +9,10 @@ never a silent fallback to ``local``.
 
 from __future__ import annotations
 
+from typing import Any, Unpack
+
 from ..boot.placement import Placement, PlacementError, parse
-from .base import LaunchError, OnExit, SshCommand, Target
+from .base import GenerationArgs, LaunchError, OnExit, SshCommand, Target
 from .kernelspec import KernelspecTarget
 from .local import LocalTarget
 from .managed import installed_spec
@@ -28,10 +30,12 @@ class Nowhere(Target):
     @classmethod
     async def check(cls, placement: Placement, ssh: SshCommand) -> None:
         parse(placement.spec)  # raises the PlacementError that made it nowhere
-        raise PlacementError(f"{placement.spec!r} is no placement")
+        message = f"{placement.spec!r} is no placement"
+        raise PlacementError(message)
 
-    async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict:
-        raise LaunchError(f"{self.placement.spec!r} is no placement")
+    async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict[str, Any]:
+        message = f"{self.placement.spec!r} is no placement"
+        raise LaunchError(message)
 
     pid = None
 
@@ -77,7 +81,7 @@ def kind_for(placement: Placement, worker_kernel: str = "") -> type[Target]:
     return KernelspecTarget if placement.kind == "kernelspec" else LocalTarget
 
 
-def target_for(placement: Placement, worker_kernel: str = "", **kwargs) -> Target:
+def target_for(placement: Placement, worker_kernel: str = "", **kwargs: Unpack[GenerationArgs]) -> Target:
     """The target of one generation on `placement` (`Target.__init__` takes `kwargs`)."""
     return kind_for(placement, worker_kernel)(placement, worker_kernel=worker_kernel, **kwargs)
 
@@ -87,7 +91,7 @@ async def check(placement: Placement, ssh: SshCommand, worker_kernel: str = "") 
     await kind_for(placement, worker_kernel).check(placement, ssh)
 
 
-async def problem(spec, ssh: SshCommand) -> str | None:
+async def problem(spec: object, ssh: SshCommand) -> str | None:
     """Why `spec` is no placement a generation can run on, or None (`host.relocate` asks)."""
     if not isinstance(spec, str):
         return "a placement spec is a string, as in python:/usr/bin/python3"

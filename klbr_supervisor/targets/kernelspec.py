@@ -8,16 +8,17 @@ environment. A kernelspec that names another provisioner is `provisioned`'s.
 from __future__ import annotations
 
 import asyncio
+from typing import Unpack
 
 from jupyter_client.kernelspec import KernelSpecManager
 
 from ..boot.placement import Placement, PlacementError
-from .base import SshCommand
+from .base import SshCommand, TargetArgs
 from .managed import ManagedTarget
 
 
 class KernelspecTarget(ManagedTarget):
-    def __init__(self, placement: Placement, **kwargs):
+    def __init__(self, placement: Placement, **kwargs: Unpack[TargetArgs]):
         super().__init__(placement, **kwargs)
         self.kernel_name = placement.target
 
@@ -27,5 +28,5 @@ class KernelspecTarget(ManagedTarget):
         names = await asyncio.to_thread(KernelSpecManager().find_kernel_specs)
         if placement.target not in names:
             known = ", ".join(sorted(names)) or "none"
-            raise PlacementError(f"{placement}: no kernelspec named {placement.target!r} is installed "
-                                 f"(installed: {known})")
+            message = f"{placement}: no kernelspec named {placement.target!r} is installed (installed: {known})"
+            raise PlacementError(message)

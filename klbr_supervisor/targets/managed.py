@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from typing import Any, Unpack
 
 import zmq.asyncio
 from jupyter_client.kernelspec import KernelSpec, KernelSpecManager
@@ -19,14 +20,14 @@ from jupyter_client.manager import AsyncKernelManager
 
 from ..boot import deathsig
 from ..boot.placement import Placement
-from .base import LaunchError, OnExit, Target
+from .base import LaunchError, OnExit, Target, TargetArgs
 from .process import WorkerProcess
 
 
 class WorkerSpecs(KernelSpecManager):
     """The installed kernelspecs, and the one a target builds itself under its own name."""
 
-    def __init__(self, own: dict[str, KernelSpec] | None = None, **kwargs):
+    def __init__(self, own: dict[str, KernelSpec] | None = None, **kwargs: Any):
         super().__init__(**kwargs)
         self._own = own or {}
 
@@ -60,7 +61,7 @@ class ManagedTarget(Target):
     remote = False
     arms_itself = False  # see `WorkerManager`
 
-    def __init__(self, placement: Placement, **kwargs):
+    def __init__(self, placement: Placement, **kwargs: Unpack[TargetArgs]):
         super().__init__(placement, **kwargs)
         self._km: WorkerManager | None = None
         self._process: WorkerProcess | None = None
@@ -84,7 +85,7 @@ class ManagedTarget(Target):
         km.arms_itself = self.arms_itself
         return km
 
-    async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict:
+    async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict[str, Any]:
         self._km = self.manager()
         try:
             await self._km.start_kernel(extra_arguments=extra_arguments, env=env, stderr=subprocess.PIPE)
@@ -95,7 +96,8 @@ class ManagedTarget(Target):
         process = getattr(provisioner, "process", None)
         if process is None:  # a local provisioner's subclass that keeps no process
             await self.release()
-            raise LaunchError(f"its provisioner ({type(provisioner).__name__}) reports no local process to watch")
+            message = f"its provisioner ({type(provisioner).__name__}) reports no local process to watch"
+            raise LaunchError(message)
         self._process = WorkerProcess(process, provisioner.pgid, self.given.reaper, on_exit)
         return self._km.get_connection_info()
 

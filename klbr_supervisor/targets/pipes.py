@@ -11,10 +11,11 @@ import asyncio
 import json
 import os
 from collections.abc import Callable
+from typing import Any
 
 
 class LinePipe:
-    def __init__(self, read_fd: int, write_fd: int, on_message: Callable[[dict], None]):
+    def __init__(self, read_fd: int, write_fd: int, on_message: Callable[[dict[str, Any]], None]):
         """`on_message(message)` for each JSON object read from `read_fd` (other lines are ignored).
         Both descriptors become the pipe's own: `close` closes them."""
         self._loop = asyncio.get_running_loop()
@@ -26,7 +27,7 @@ class LinePipe:
             os.set_blocking(fd, False)
         self._loop.add_reader(read_fd, self.read_now)
 
-    def send(self, droppable: bool = False, **message) -> None:
+    def send(self, droppable: bool = False, **message: Any) -> None:
         if self._out < 0 or (droppable and self._pending):
             return
         waiting = bool(self._pending)

@@ -18,6 +18,7 @@ import sys
 import tempfile
 from collections import deque
 from collections.abc import Callable
+from typing import IO
 
 from ..boot.reaper import Reaper
 from ..boot.worker import NOTICE
@@ -43,7 +44,7 @@ def _said_once(data: bytes) -> bytes:
 
 
 class WorkerProcess:
-    def __init__(self, process: subprocess.Popen, pgid: int | None, reaper: Reaper,
+    def __init__(self, process: subprocess.Popen[bytes], pgid: int | None, reaper: Reaper,
                  on_exit: Callable[[int], None]):
         """Watch `process` (its group `pgid`); `on_exit(returncode)` is called once, on the loop."""
         self.pid = process.pid
@@ -100,7 +101,7 @@ class StderrTail:
     Read on the loop with add_reader; closed at EOF (when the worker and all it started are gone).
     """
 
-    def __init__(self, pipe, limit: int = 8192):
+    def __init__(self, pipe: IO[bytes], limit: int = 8192):
         self._pipe = pipe
         self._fd = pipe.fileno()
         self._tail: deque[bytes] = deque()

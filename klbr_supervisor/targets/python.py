@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import asyncio
 import os
+from typing import Unpack
 
 from jupyter_client.kernelspec import KernelSpec
 
 from ..boot.placement import Placement, PlacementError
 from ..boot.worker import BOOTSTRAP
-from .base import SshCommand
+from .base import SshCommand, TargetArgs
 from .managed import ManagedTarget
 
 # A `python:PATH` placement's kernelspec name: PYTHON_AT + PATH.
@@ -29,7 +30,7 @@ class PythonTarget(ManagedTarget):
     asks_identity = False
     takes_klbr_options = True
 
-    def __init__(self, placement: Placement, **kwargs):
+    def __init__(self, placement: Placement, **kwargs: Unpack[TargetArgs]):
         super().__init__(placement, **kwargs)
         self.kernel_name = PYTHON_AT + placement.python
 
@@ -48,25 +49,30 @@ class PythonTarget(ManagedTarget):
         """The interpreter exists, runs, and has ipykernel (asked of it: `find_spec`, nothing run)."""
         path = placement.python
         if not os.path.exists(path):
-            raise PlacementError(f"{placement}: {path} does not exist")
+            message = f"{placement}: {path} does not exist"
+            raise PlacementError(message)
         if os.path.isdir(path) or not os.access(path, os.X_OK):
-            raise PlacementError(f"{placement}: {path} is not an executable interpreter")
+            message = f"{placement}: {path} is not an executable interpreter"
+            raise PlacementError(message)
         try:
             proc = await asyncio.create_subprocess_exec(
                 path, "-c", PROBE, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE)
         except OSError as e:
-            raise PlacementError(f"{placement}: {path} cannot be run: {e.strerror or e}") from None
+            message = f"{placement}: {path} cannot be run: {e.strerror or e}"
+            raise PlacementError(message) from None
         try:
             async with asyncio.timeout(30):
                 _, err = await proc.communicate()
         except TimeoutError:
             proc.kill()
             await proc.wait()
-            raise PlacementError(f"{placement}: {path} did not answer within 30 s") from None
+            message = f"{placement}: {path} did not answer within 30 s"
+            raise PlacementError(message) from None
         if proc.returncode == 3:
-            raise PlacementError(f"{placement}: {path} has no ipykernel; install it there "
-                                 f"({path} -m pip install ipykernel)")
+            message = f"{placement}: {path} has no ipykernel; install it there ({path} -m pip install ipykernel)"
+            raise PlacementError(message)
         if proc.returncode != 0:
             tail = err.decode("utf-8", "replace").strip().splitlines()[-1:] or [f"exit status {proc.returncode}"]
-            raise PlacementError(f"{placement}: {path} is not a Python interpreter that klbr can use: {tail[0]}")
+            message = f"{placement}: {path} is not a Python interpreter that klbr can use: {tail[0]}"
+            raise PlacementError(message)
