@@ -27,6 +27,8 @@ What a kind declares, read by the generation and the supervisor (never the spec'
 - `host_channel`: how the host channel (`klbr_supervisor.host`) reaches its worker: "environ", its
   endpoint and credentials in the worker's environment (an ipc path, which reaches it on this
   machine), or None: not at all;
+- `places_client`: its interpreter may have no klbr, so each generation gets the host client placed
+  last on its worker's path (`client`; a klbr installed there wins);
 - `takes_klbr_options`: its worker is an ipykernel klbr starts, which gets the proxy's session id and
   klbr's own options before the user's (any other gets the user's only, after its own argv);
 - `check`: whether a generation can start there at all, asked before a session moves there;
@@ -45,6 +47,7 @@ from typing import TYPE_CHECKING, Any, ClassVar, NotRequired, TypedDict
 from jupyter_client.session import Session
 
 from ..boot.placement import Placement
+from . import client
 
 if TYPE_CHECKING:
     import zmq
@@ -120,6 +123,12 @@ class Target(ABC):
         self.given = given
         self.confirmed = False  # an end with no exit status: whether its kill was confirmed
         self.lost_how = ""  # an end with no exit status: how it came
+        self.client_dir = ""  # where its host client was placed (`places_client`), until `close`
+
+    @property
+    def places_client(self) -> bool:
+        """Whether its worker's interpreter may have no klbr (see `client`); none does here."""
+        return False
 
     @classmethod
     async def check(cls, placement: Placement, ssh: SshCommand) -> None:
@@ -132,8 +141,21 @@ class Target(ABC):
 
     def environment(self, host: dict[str, str]) -> dict[str, str]:
         """What its worker is started with: `environ`, and the host channel's credentials `host`
-        when they reach it (never in argv: they, and its key, are secrets)."""
-        return {**self.environ(), **host} if self.host_channel == "environ" else self.environ()
+        when they reach it (never in argv: they, and its key, are secrets), with the client
+        placed on its path where it `places_client`."""
+        if self.host_channel != "environ":
+            return self.environ()
+        env = {**self.environ(), **host}
+        if self.places_client:
+            self.client_dir = client.place(os.path.join(self.given.runtime_dir, f"client{self.given.number}"))
+            env = client.on_path(env, self.client_dir)
+        return env
+
+    def remove_client(self) -> None:
+        """Its generation has ended (`close`): the client placed for it goes."""
+        if self.client_dir:
+            client.remove(self.client_dir)
+            self.client_dir = ""
 
     def arguments(self, session_id: str, klbr_options: tuple[str, ...], options: tuple[str, ...]) -> list[str]:
         """Its worker's words after its own command line: the proxy's session id and klbr's own
