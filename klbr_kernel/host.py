@@ -7,7 +7,8 @@
     host.restart("leaking memory"); host.relocate("local")   once this cell ends
 
 A refused call raises `HostError`, whose `code` is one of `forbidden`, `invalid`, `budget_exhausted`,
-`stale_generation`, `not_running`, `timeout`, `too_large`.
+`stale_generation`, `not_running`, `timeout`, `too_large`, `unavailable` (this placement has no host
+channel, or its link was lost: the message says which).
 
 Standard library and pyzmq only, so that any interpreter a generation runs on can import it. The
 supervisor gives each generation, in its environment (never its argv), the channel's endpoint, a
@@ -44,7 +45,9 @@ import zmq
 
 PROTOCOL = b"klbr-host/1"
 ENDPOINT, TOKEN, KEY = "KLBR_HOST_ENDPOINT", "KLBR_HOST_TOKEN", "KLBR_HOST_KEY"
-CODES = ("forbidden", "invalid", "budget_exhausted", "stale_generation", "not_running", "timeout", "too_large")
+UNAVAILABLE = "KLBR_HOST_UNAVAILABLE"  # why a worker klbr started has no host channel, instead of one
+CODES = ("forbidden", "invalid", "budget_exhausted", "stale_generation", "not_running", "timeout", "too_large",
+         "unavailable")
 CALL_TIMEOUT = 30.0  # seconds a call waits for its answer (a command: its own timeout, and this)
 MAX_REQUEST = 2**20  # bytes a request may carry
 _RESEND_EVERY = 5.0  # seconds between sends of one call that has no answer yet
@@ -150,6 +153,8 @@ concurrent.futures.thread._WorkItem = _HandedWork  # type: ignore[misc]  # repla
 class _Channel:
     def __init__(self) -> None:
         endpoint, token, key = (os.environ.get(name) for name in (ENDPOINT, TOKEN, KEY))
+        if not endpoint and os.environ.get(UNAVAILABLE):
+            raise HostError(code="unavailable", message=os.environ[UNAVAILABLE])
         if not (endpoint and token and key):
             msg = "this interpreter was not started by a klbr supervisor (no host channel)"
             raise HostError(code="forbidden", message=msg)

@@ -14,6 +14,7 @@ import itertools
 import os
 import shutil
 import tempfile
+from collections.abc import Mapping
 
 import zmq
 from jupyter_client.session import Session
@@ -42,13 +43,15 @@ class Supervisor(Succession, SupervisorSettings):
 
     def __init__(self, listener: WorkerListener, *, session: Session, notebook: str | None = None,
                  kernel_name: str | None = None, worker_options: tuple[str, ...] = (),
-                 first: Early | None = None, **kwargs):
+                 first: Early | None = None, host_client: Mapping[str, str] | None = None, **kwargs):
         """`session` carries the key, signature scheme and session id the workers share with the proxy;
         `notebook` and `kernel_name` label this session in the store; `worker_options` go on every
         worker's command line (`SupervisorSettings.worker_options`); `first` is what `boot.prelaunch`
-        started before the imports, which generation 1 adopts if it is what is configured."""
+        started before the imports, which generation 1 adopts if it is what is configured;
+        `host_client` the host client's files, placed for workers that may have no klbr (`targets.client`)."""
         super().__init__(**kwargs)
         self.worker_options = tuple(worker_options)
+        self._host_client = dict(host_client or {})
         self.listener = listener
         self.session = session
         self.store = Store(parent=self)
@@ -113,7 +116,7 @@ class Supervisor(Succession, SupervisorSettings):
         early, self._first = self._first, None  # generation 1 adopts what was started early
         host = early.host if early is not None and early.host else host_environ(self._runtime_dir)
         given = Given(number=number, runtime_dir=self._runtime_dir, reaper=self._reaper, context=self._zmq,
-                      log=self.log, ssh=self.ssh, link_timeout=self.link_timeout)
+                      log=self.log, ssh=self.ssh, link_timeout=self.link_timeout, client=self._host_client)
         target = target_for(self.where, self.worker_kernel, session=self.session.clone(), given=given, early=early)
         gen = Generation(
             number, target=target, session=self.session, worker_args=self.worker_args,

@@ -36,6 +36,7 @@ from .record import AnswerRecord
 if TYPE_CHECKING:
     from ..boot.reaper import Reaper
     from ..generation import Generation
+    from ..states import Ending
     from ..supervisor import Supervisor
 
 MAX_KEY = 256  # characters of a kv key
@@ -121,21 +122,32 @@ class HostService(LoggingConfigurable):
         if self.channel is not None:
             self.channel.admit(credentials)
 
-    def retire(self, credentials: Credentials) -> None:
-        """Its generation ended: its late calls are told `stale_generation`."""
+    def retire(self, credentials: Credentials, ending: Ending | None = None) -> None:
+        """Its generation ended (`ending` says why): its late calls are told `stale_generation`,
+        its calls in flight are ended, `unavailable` when its link was lost (naming the link)."""
         generation = self._generations.pop(credentials.token, None)
         if self.channel is not None:
             self.channel.retire(credentials.token)
         cell = self.supervisor.cells.cell
         if cell is not None and cell.generation is generation:
             self._after.pop(cell.msg_id, None)  # it ended with its generation: nothing follows
+        if ending is not None and ending.reason is EndReason.LINK_LOST and generation is not None:
+            why = f"the link to {generation.placement.spec} was lost ({ending.how}); the command was ended"
+            ended = self._stop(lambda gen, cell: gen is generation, "unavailable", why)
+            if ended:  # its caller cannot be told: the cell log is
+                self.supervisor.store.event("host_unavailable", {"generation": generation.number, "calls": ended,
+                                                                 "why": why})
         self._stop(lambda gen, cell: gen is generation, "stale_generation",
                    "the generation that started this command ended, and the command was ended with it")
 
-    def _stop(self, which: Callable[[Generation, str], bool], code: str, message: str) -> None:
+    def _stop(self, which: Callable[[Generation, str], bool], code: str, message: str) -> int:
+        """End the commands under way `which` picks (their calls answered `code`); how many."""
+        ended = 0
         for run, (generation, cell) in list(self._runs.items()):
             if which(generation, cell):
                 run.stop(code, message)
+                ended += 1
+        return ended
 
     @property
     def root(self) -> Path:

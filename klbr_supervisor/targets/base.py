@@ -26,7 +26,8 @@ What a kind declares, read by the generation and the supervisor (never the spec'
 - `remote`: its process may not be ours to see exit;
 - `host_channel`: how the host channel (`klbr_supervisor.host`) reaches its worker: "environ", its
   endpoint and credentials in the worker's environment (an ipc path, which reaches it on this
-  machine), or None: not at all;
+  machine); "forwarded", the credentials handed to what starts it elsewhere, the endpoint a socket
+  forwarded back to this machine's (`ssh`); or None: not at all (the worker is told why);
 - `places_client`: its interpreter may have no klbr, so each generation gets the host client placed
   last on its worker's path (`client`; a klbr installed there wins);
 - `takes_klbr_options`: its worker is an ipykernel klbr starts, which gets the proxy's session id and
@@ -40,8 +41,8 @@ from __future__ import annotations
 import logging
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NotRequired, TypedDict
 
 from jupyter_client.session import Session
@@ -96,6 +97,9 @@ class Given:
     log: logging.Logger
     ssh: SshCommand = (["ssh"], [])
     link_timeout: float = 15.0
+    # The host client, for a worker that may have no klbr (`places_client`): a package's files by
+    # their path below the directory that goes on its path (see `client`); none: nothing placed.
+    client: Mapping[str, str] = field(default_factory=dict)
 
 
 class Target(ABC):
@@ -142,12 +146,13 @@ class Target(ABC):
     def environment(self, host: dict[str, str]) -> dict[str, str]:
         """What its worker is started with: `environ`, and the host channel's credentials `host`
         when they reach it (never in argv: they, and its key, are secrets), with the client
-        placed on its path where it `places_client`."""
-        if self.host_channel != "environ":
-            return self.environ()
+        placed on its path where it `places_client`; else why there is no channel."""
+        if self.host_channel != "environ":  # what its client says, if it has one
+            return {**self.environ(), "KLBR_HOST_UNAVAILABLE": f"{self.placement.spec} offers no host channel"}
         env = {**self.environ(), **host}
-        if self.places_client:
-            self.client_dir = client.place(os.path.join(self.given.runtime_dir, f"client{self.given.number}"))
+        if self.places_client and self.given.client:
+            self.client_dir = client.place(os.path.join(self.given.runtime_dir, f"client{self.given.number}"),
+                                           self.given.client)
             env = client.on_path(env, self.client_dir)
         return env
 
