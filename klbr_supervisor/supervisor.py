@@ -116,7 +116,8 @@ class Supervisor(Succession, SupervisorSettings):
         early, self._first = self._first, None  # generation 1 adopts what was started early
         host = early.host if early is not None and early.host else host_environ(self._runtime_dir)
         given = Given(number=number, runtime_dir=self._runtime_dir, reaper=self._reaper, context=self._zmq,
-                      log=self.log, ssh=self.ssh, link_timeout=self.link_timeout, client=self._host_client)
+                      log=self.log, ssh=self.ssh, link_timeout=self.link_timeout, client=self._host_client,
+                      host_tcp=self.host.tcp)
         target = target_for(self.where, self.worker_kernel, session=self.session.clone(), given=given, early=early)
         gen = Generation(
             number, target=target, session=self.session, worker_args=self.worker_args,

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import zmq
 
 from conftest import collect, execute, process_gone, results, start_kernel, stream_text, until, worker_pid
 from klbr_supervisor.host.record import LARGE, AnswerRecord
@@ -491,3 +493,17 @@ def test_a_call_from_an_ended_generation_without_klbr_is_stale(tmp_path, where):
         go.touch()
         until(out.exists, 60, "the leftover process has called")
         assert out.read_text() == "stale_generation"
+
+
+def test_a_tcp_endpoint_never_reached_is_unavailable_saying_so(tmp_path):
+    """A provisioned kernel with no route back: its call ends `unavailable`, naming the endpoint."""
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    env = {**os.environ, "KERNEL_KLBR_HOST_ENDPOINT": f"tcp://127.0.0.1:{port}", "KERNEL_KLBR_HOST_TOKEN": "t",
+           "KERNEL_KLBR_HOST_KEY": "k", "KERNEL_KLBR_HOST_SERVERKEY": zmq.curve_keypair()[0].decode()}
+    code = ("from klbr_kernel import host\ntry:\n    host._call('keys', wait=2)\nexcept host.HostError as e:\n"
+            "    print(e.code, e.message)")
+    done = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.startswith(f"unavailable no route back to the supervisor: tcp://127.0.0.1:{port}"), done

@@ -23,6 +23,7 @@ import time
 from pathlib import Path
 
 import pytest
+import zmq
 
 from conftest import (
     collect,
@@ -36,6 +37,7 @@ from conftest import (
     wait_for_stream,
     worker_pid,
 )
+from klbr_kernel.host import PROTOCOL, sign
 
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
@@ -275,3 +277,55 @@ def test_a_provisioner_whose_signals_hang_still_gets_its_kill_and_the_cell_an_an
         assert process_gone(first)
         assert value(kc, "6 * 7") == 42
         assert len(launches(control)) == 2
+
+
+def test_host_callbacks_reach_a_provisioned_kernel_over_tcp_with_curve(tmp_path, gateway_specs):
+    """Its credentials travel as KERNEL_* variables (what gateway_provisioners forward to a remote
+    kernel), its endpoint is TCP, and only a client that knows the server's CurveZMQ key is answered."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    with on_gateway(tmp_path, gateway_specs, "--HostService.tcp_ip=127.0.0.1",
+                    f"--HostService.workspace={workspace}") as (km, kc):
+        reply, _ = execute(kc, "%klbr placement kernelspec:gp-local", timeout=90)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        execute(kc, "from klbr_kernel import host")
+        found = value(kc, "host.inspect()")
+        assert found["generation"] == 2 and found["placement"] == "kernelspec:gp-local"
+        env = value(kc, "{k: v for k, v in __import__('os').environ.items() if 'KLBR_HOST' in k}")
+        assert set(env) == {f"KERNEL_KLBR_HOST_{name}" for name in ("ENDPOINT", "TOKEN", "KEY", "SERVERKEY")}
+        assert env["KERNEL_KLBR_HOST_ENDPOINT"].startswith("tcp://127.0.0.1:")
+        execute(kc, "host.put('step', 3)")
+        assert value(kc, "[host.get('step'), host.keys()]") == [3, ["step"]]
+        ran = value(kc, "host.run(['sh', '-c', 'pwd; exit 3'])")
+        assert (ran["exit_code"], ran["stdout"]) == (3, f"{workspace}\n")
+        _, outputs = execute(kc, "host.notify('provisioned')")
+        assert [m["content"]["data"]["text/markdown"] for m in outputs if m["msg_type"] == "display_data"] == [
+            "**klbr note:** provisioned"]
+        code = ("codes = []\nfor _ in range(129):\n    try:\n        host.keys(); codes.append('ok')\n"
+                "    except host.HostError as e:\n        codes.append(e.code)\n")
+        execute(kc, code, timeout=60)
+        assert value(kc, "codes[-2:]") == ["ok", "budget_exhausted"]
+        # The same signed request, from here: answered with the server's key (not_running: no cell
+        # of ours runs), never without it.
+        payload = json.dumps({"call": "c1", "token": env["KERNEL_KLBR_HOST_TOKEN"], "cell": None,
+                              "method": "keys", "args": {}}).encode()
+        frames = [PROTOCOL, sign(env["KERNEL_KLBR_HOST_KEY"].encode(), payload), payload]
+        context = zmq.Context()
+        try:
+            for curve in (True, False):
+                sock = context.socket(zmq.DEALER)
+                sock.linger = 0
+                if curve:
+                    sock.curve_serverkey = env["KERNEL_KLBR_HOST_SERVERKEY"].encode()
+                    sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
+                sock.connect(env["KERNEL_KLBR_HOST_ENDPOINT"])
+                sock.send_multipart(frames)
+                if curve:
+                    assert sock.poll(30_000), "no answer over CurveZMQ"
+                    answer = json.loads(sock.recv_multipart()[2])
+                    assert (answer["call"], answer["code"]) == ("c1", "not_running")
+                else:
+                    assert not sock.poll(3_000), "a client without the server's key was answered"
+                sock.close()
+        finally:
+            context.term()

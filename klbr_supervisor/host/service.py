@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -50,6 +51,12 @@ class HostService(LoggingConfigurable):
         help="Directory `host.run` commands run in, or below (default: the notebook's directory, else the kernel's).",
     )
     max_requests_per_cell = Int(128, config=True, help="Host calls one cell may make (then `budget_exhausted`).")
+    tcp_ip = Unicode(
+        "", config=True,
+        help="Address the host channel's TCP socket (CurveZMQ) listens on, for kernels of provisioners of their "
+             "own, which may run where this machine's ipc socket does not reach (default: the address this "
+             "machine's hostname resolves to).",
+    )
 
     def __init__(self, supervisor: Supervisor, **kwargs):
         super().__init__(**kwargs)
@@ -69,6 +76,15 @@ class HostService(LoggingConfigurable):
         """Bind the channel (on the loop, once the supervisor runs); `reaper` watches the commands."""
         self.channel = HostChannel(endpoint, context, self._handle, self.log)
         self._reaper = reaper
+
+    def tcp(self) -> tuple[str, str]:
+        """The channel's TCP endpoint and its CurveZMQ public key, listening from the first call on
+        (a provisioned generation's target asks, `Given.host_tcp`); raises OSError or `zmq.ZMQError`."""
+        if self.channel is None:
+            msg = "the host channel is not open"
+            raise OSError(msg)
+        listener = self.channel.listen_tcp(self.tcp_ip or socket.gethostbyname(socket.gethostname()))
+        return listener.endpoint, listener.server_key
 
     def cell_ended(self, cell, stopping: bool = False) -> None:
         """The running `cell` ended with its reply (an interrupted one too): its commands end, and

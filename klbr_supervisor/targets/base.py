@@ -27,7 +27,9 @@ What a kind declares, read by the generation and the supervisor (never the spec'
 - `host_channel`: how the host channel (`klbr_supervisor.host`) reaches its worker: "environ", its
   endpoint and credentials in the worker's environment (an ipc path, which reaches it on this
   machine); "forwarded", the credentials handed to what starts it elsewhere, the endpoint a socket
-  forwarded back to this machine's (`ssh`); or None: not at all (the worker is told why);
+  forwarded back to this machine's (`ssh`); "tcp", the credentials and the TCP endpoint's CurveZMQ key
+  in its environment, named KERNEL_* so a provisioner forwards them (`provisioned`); or None: not
+  at all (the worker is told why);
 - `places_client`: its interpreter may have no klbr, so each generation gets the host client placed
   last on its worker's path (`client`; a klbr installed there wins);
 - `takes_klbr_options`: its worker is an ipykernel klbr starts, which gets the proxy's session id and
@@ -100,6 +102,9 @@ class Given:
     # The host client, for a worker that may have no klbr (`places_client`): a package's files by
     # their path below the directory that goes on its path (see `client`); none: nothing placed.
     client: Mapping[str, str] = field(default_factory=dict)
+    # The host channel's TCP endpoint and CurveZMQ public key, for a worker only TCP may reach
+    # (`HostService.tcp`; raises OSError or zmq.ZMQError); none: no TCP channel.
+    host_tcp: Callable[[], tuple[str, str]] | None = None
 
 
 class Target(ABC):
