@@ -100,9 +100,9 @@ class CellLog:
     def history(self, content: dict[str, Any], notebook: str | None) -> list[HistoryEntry]:
         """A history_request's answer, from the log (across generations and sessions)."""
         # Also asked while the log is unavailable: a None session matches no row, and the earlier
-        # sessions of the notebook are still read. queries' `session_id: int` is too narrow for that.
-        return queries.history(self._store.reader(), content, self._store.session_id,  # type: ignore[arg-type, unused-ignore]
-                               notebook)
+        # sessions of the notebook are still read.
+        session_id = self._store.session_id
+        return queries.history(self._store.reader(), content, session_id, notebook)  # type: ignore[arg-type, unused-ignore]  # queries takes only an int session
 
     def recorded_execute(self, req: Request) -> queries.Taken | None:
         """The execute this log took, in any session, under `req`'s client session and msg_id:
