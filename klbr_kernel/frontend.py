@@ -151,7 +151,7 @@ class Frontend:
               parent: dict[str, Any], metadata: dict[str, Any] | None = None) -> bool:
         """Send the proxy's own reply to the frontend that asked; False when that frontend is gone."""
         msg = self.session.msg(msg_type, content, parent=parent, metadata=metadata)
-        return self._channels[channel].send(idents + self.session.serialize(msg), copy=True)
+        return self._channels[channel].send([*idents, *self.session.serialize(msg)], copy=True)
 
     def send_iopub(self, msg_type: str, content: dict[str, Any], parent: dict[str, Any] | None, topic: bytes | None = None,
                    keep: bool = False) -> None:
