@@ -102,7 +102,7 @@ class CellLog:
         # Also asked while the log is unavailable: a None session matches no row, and the earlier
         # sessions of the notebook are still read.
         session_id = self._store.session_id
-        return queries.history(self._store.reader(), content, session_id, notebook)  # type: ignore[arg-type, unused-ignore]  # queries takes only an int session
+        return queries.history(self._store.reader(), content, session_id, notebook)  # type: ignore[arg-type]  # queries takes only an int session
 
     def recorded_execute(self, req: Request) -> queries.Taken | None:
         """The execute this log took, in any session, under `req`'s client session and msg_id:
@@ -181,4 +181,4 @@ class CellLog:
                             frontend_cell_id(req))
         status = cell_status(content, own=req.outcome, interrupted=False)
         return store.answered(record, status=status, count=content.get("execution_count"),
-                              error=_error_text(content) or "", reply=content, outputs=list(outputs), done=then)
+                              error=_error_text(content) or "", reply=content, outputs=outputs, done=then)

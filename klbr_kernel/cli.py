@@ -74,7 +74,7 @@ class LogCommand(KlbrCommand):
     def connect(self, write: bool = False) -> sqlite3.Connection:
         # On the command line, the path wins over $KLBR_DB (which wins over config files, as in the kernel).
         given = self.cli_config.get("Store", {}).get("path")
-        path = given or Store(parent=self).path  # type: ignore[no-untyped-call, unused-ignore]  # Store's __init__ is untyped in klbr_supervisor/store
+        path = given or Store(parent=self).path
         try:
             return queries.connect(path, write=write)
         except sqlite3.Error as e:

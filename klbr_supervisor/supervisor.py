@@ -56,7 +56,7 @@ class Supervisor(Succession, SupervisorSettings):
         self.worker_options = tuple(worker_options)
         self.listener = listener
         self.session = session
-        self.store = Store(parent=self)  # type: ignore[no-untyped-call, unused-ignore]  # Store.__init__ (store/, typed apart) takes untyped **kwargs
+        self.store = Store(parent=self)
         self.notebook = notebook
         self._labels = {"notebook": notebook, "kernel": kernel_name}
         self.policy = Policy(
