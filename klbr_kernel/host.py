@@ -34,6 +34,7 @@ import hashlib
 import hmac
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -198,7 +199,12 @@ class _Channel:
         frames = [PROTOCOL, sign(self.key, payload), payload]
         sock = self._socket()
         deadline = time.monotonic() + timeout
+        sends = 0
         while True:
+            gone = self._gone(probe=sends > 0)
+            sends += 1
+            if gone:
+                raise HostError(code="stale_generation", message=gone)
             sock.send_multipart(frames)  # again after a silence: the same call id, done at most once
             wait = min(_RESEND_EVERY, deadline - time.monotonic())
             while wait > 0 and sock.poll(int(wait * 1000)):
@@ -214,6 +220,27 @@ class _Channel:
                     raise HostError(code="unavailable", message=msg)
                 msg = f"no answer to {method}() within {timeout:g} s"
                 raise HostError(code="timeout", message=msg)
+
+    def _gone(self, *, probe: bool) -> str | None:
+        """Why the channel has gone with the generation that started this process, where an ipc
+        socket is the generation's own and goes with it (the one ssh forwards to a remote kernel
+        lives as long as its connection): no socket at the path, or nothing listening on it. None
+        while it may answer. Asked before each send: a stat, and a connect only on a resend."""
+        if not self.endpoint.startswith("ipc://"):
+            return None
+        path = self.endpoint.removeprefix("ipc://")
+        why = f"the host channel {path} is gone: the generation that started this process has ended"
+        if not os.path.exists(path):
+            return why
+        if probe:  # a socket file its listener left behind (a supervisor killed outright)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as unix:
+                try:
+                    unix.connect(path)
+                except ConnectionRefusedError:
+                    return why
+                except OSError:
+                    return None  # whatever else it is, the answer may yet come
+        return None
 
     def _reached(self) -> bool:
         """Whether this thread's socket ever completed a handshake with the supervisor (watched over

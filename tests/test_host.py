@@ -507,3 +507,21 @@ def test_a_tcp_endpoint_never_reached_is_unavailable_saying_so(tmp_path):
     done = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True,
                           timeout=60)
     assert done.stdout.startswith(f"unavailable no route back to the supervisor: tcp://127.0.0.1:{port}"), done
+
+
+@pytest.mark.parametrize("left", ["nothing", "a socket nobody listens on"])
+def test_a_call_whose_ipc_channel_is_gone_is_stale_saying_so(tmp_path, left):
+    """The channel's socket went with its generation (removed, or left behind by a supervisor
+    killed outright): the call ends `stale_generation` naming it, not after the whole wait."""
+    path = tmp_path / "host"
+    if left != "nothing":
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as unix:
+            unix.bind(str(path))  # bound, never listening: a connect is refused
+    env = {**os.environ, "KLBR_HOST_ENDPOINT": f"ipc://{path}", "KLBR_HOST_TOKEN": "t", "KLBR_HOST_KEY": "k"}
+    code = ("from klbr_kernel import host\ntry:\n    host._call('keys', wait=25)\nexcept host.HostError as e:\n"
+            "    print(e.code, e.message)")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.startswith(f"stale_generation the host channel {path} is gone"), done
+    assert time.monotonic() - started < 20, "told only when the whole wait was over"

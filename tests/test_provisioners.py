@@ -13,6 +13,7 @@ loop. Two real provisioners:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -33,6 +34,7 @@ from conftest import (
     start_kernel,
     status_rows,
     stream_text,
+    until,
     value,
     wait_for_stream,
     worker_pid,
@@ -329,3 +331,39 @@ def test_host_callbacks_reach_a_provisioned_kernel_over_tcp_with_curve(tmp_path,
                 sock.close()
         finally:
             context.term()
+
+
+def test_restart_relocate_and_a_stale_call_from_a_provisioned_kernel(tmp_path, gateway_specs):
+    """Over TCP as on local: `host.restart()` gives a new provisioned generation when its cell ends,
+    a process the old one left behind is told `stale_generation`, `host.relocate()` moves the session."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    ready, go, out = workspace / "ready", workspace / "go", workspace / "out"
+    script = (f"import os, time\nfrom klbr_kernel import host\nopen({str(ready)!r}, 'w').close()\n"
+              f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.01)\n"
+              f"try:\n    host.inspect()\n    code = 'answered'\nexcept host.HostError as e:\n    code = e.code\n"
+              f"open({str(out)!r}, 'w').write(code)\n")
+    with on_gateway(tmp_path, gateway_specs, "--HostService.tcp_ip=127.0.0.1",
+                    f"--HostService.workspace={workspace}") as (km, kc):
+        reply, _ = execute(kc, "%klbr placement kernelspec:gp-local", timeout=90)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        execute(kc, f"import subprocess, sys\nleftover = subprocess.Popen([sys.executable, '-c', {script!r}], "
+                    "start_new_session=True).pid\nkept = 1\nfrom klbr_kernel import host")
+        leftover = value(kc, "leftover")
+        until(ready.exists, 60, "the leftover process has imported the client")
+        reply, outputs = execute(kc, "host.restart('leaking memory')\nprint('the cell finishes')", timeout=90)
+        assert reply["content"]["status"] == "ok" and stream_text(outputs) == "the cell finishes\n"
+        assert execute(kc, "kept", timeout=90)[0]["content"]["ename"] == "NameError"
+        execute(kc, "from klbr_kernel import host")
+        found = value(kc, "host.inspect()")
+        assert (found["generation"], found["placement"]) == (3, "kernelspec:gp-local")
+        go.touch()
+        until(out.exists, 60, "the leftover process has called")
+        assert out.read_text() == "stale_generation"
+        reply, _ = execute(kc, "host.relocate('local')", timeout=90)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        execute(kc, "from klbr_kernel import host", timeout=90)
+        found = value(kc, "host.inspect()")
+        assert (found["generation"], found["placement"]) == (4, "local")
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(leftover, signal.SIGKILL)

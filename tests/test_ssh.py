@@ -369,3 +369,29 @@ def test_a_link_cut_mid_call_ends_the_call_unavailable_naming_the_link(tmp_path,
     ended = json.loads(rows[0][0])
     assert ended["calls"] == 1 and ended["generation"] == 1
     assert f"the link to {SPEC} was lost" in ended["why"] and "ssh to klbr-test" in ended["why"], ended["why"]
+
+
+def test_a_call_from_an_ended_remote_generation_is_stale(tmp_path, sshd):
+    """A process the remote kernel left behind (a daemon in a session of its own) keeps its
+    generation's credentials; once the generation ends, its call is stale, told at once."""
+    workspace = tmp_path / "workspace"
+    ready, go, out = workspace / "ready", workspace / "go", workspace / "out"
+    script = (f"import os, time\nfrom klbr_kernel import host\nopen({str(ready)!r}, 'w').close()\n"
+              f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.01)\n"
+              "started = time.monotonic()\n"
+              f"try:\n    host.inspect()\n    code = 'answered'\nexcept host.HostError as e:\n    code = e.code\n"
+              f"open({str(out)!r}, 'w').write(f'{{code}} {{time.monotonic() - started:.1f}}')\n")
+    with host_on_ssh(tmp_path, sshd) as (km, kc):
+        execute(kc, f"import subprocess, sys\nleftover = subprocess.Popen([sys.executable, '-c', {script!r}], "
+                    "start_new_session=True).pid")
+        leftover = value(kc, "leftover")
+        until(ready.exists, 60, "the leftover process has imported the client")
+        reply, _ = execute(kc, "%klbr restart", timeout=90)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        assert value(kc, "6 * 7") == 42  # generation 2 serves, over a connection of its own
+        go.touch()
+        until(out.exists, 60, "the leftover process has called")
+        code, took = out.read_text().split()
+        assert code == "stale_generation"
+        assert float(took) < 10, f"told after {took} s, not at once"
+    signal_quietly(leftover, signal.SIGKILL)
