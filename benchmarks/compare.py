@@ -92,6 +92,8 @@ def ssh_round(args, r: int, code: str, add) -> None:
             run_cell(kc, "pass")
         for label, (_, kc) in running.items():
             add(label, f"ssh:// {args.output_mib} MiB output (s)", run_cell(kc, code))
+        for measure, value in host_calls(running["klbr"][1]).items():  # the channel forwarded back over ssh
+            add("klbr", f"ssh:// {measure}", value)
 
 
 def pct(values: list[float], p: float) -> float:
@@ -165,6 +167,10 @@ def run(args, sshd: Sshd) -> None:
                     add(label, PLACED, placement_first_cell(kc, str(OTHER_PYTHON)))
                 else:
                     add(label, PLACED, startup("python3-other")[1])
+        with kernel("klbr") as (_, kc):  # host calls from a worker without klbr, beside local's
+            run_cell(kc, f"%klbr placement python:{OTHER_PYTHON}")
+            for measure, value in host_calls(kc).items():
+                add("klbr", f"python: {measure}", value)
         ssh_round(args, r, code, add)
         for measure, value in store_cost(args.cells).items():
             add("klbr", measure, value)

@@ -12,7 +12,9 @@ else:
     # Before any heavy import: the first worker starts now, in parallel with ours.
     from klbr_supervisor.boot import prelaunch
 
-    first = prelaunch.start(sys.argv[1:])
+    from . import client_package  # the standard library only
+
+    first = prelaunch.start(sys.argv[1:], client_package.files())
     # Then the frontend's sockets, so the kernel answers kernel_info while the rest imports.
     from . import early
 

@@ -7,11 +7,12 @@
     host.restart("leaking memory"); host.relocate("local")   once this cell ends
 
 A refused call raises `HostError`, whose `code` is one of `forbidden`, `invalid`, `budget_exhausted`,
-`stale_generation`, `not_running`, `timeout`, `too_large`.
+`stale_generation`, `not_running`, `timeout`, `too_large`, `unavailable` (this placement has no host
+channel, its link was lost, or a TCP endpoint was never reached: the message says which).
 
 Standard library and pyzmq only, so that any interpreter a generation runs on can import it. The
 supervisor gives each generation, in its environment (never its argv), the channel's endpoint, a
-token and a key; every request is signed with the key (HMAC-SHA256 over the payload), carries the
+token and a key (and, for a TCP endpoint, the server's CurveZMQ key: the channel is encrypted); every request is signed with the key (HMAC-SHA256 over the payload), carries the
 token, a call id and the msg_id of the cell it runs under, and every reply is signed the same way.
 A call that gets no reply in time is sent again with the same call id: the supervisor answers a
 repeated id from its record and carries out each call once. Calls are safe from several threads at
@@ -33,6 +34,7 @@ import hashlib
 import hmac
 import json
 import os
+import socket
 import sys
 import threading
 import time
@@ -41,10 +43,17 @@ from collections.abc import Callable
 from typing import Any
 
 import zmq
+import zmq.utils.monitor
 
 PROTOCOL = b"klbr-host/1"
 ENDPOINT, TOKEN, KEY = "KLBR_HOST_ENDPOINT", "KLBR_HOST_TOKEN", "KLBR_HOST_KEY"
-CODES = ("forbidden", "invalid", "budget_exhausted", "stale_generation", "not_running", "timeout", "too_large")
+UNAVAILABLE = "KLBR_HOST_UNAVAILABLE"  # why a worker klbr started has no host channel, instead of one
+SERVER_KEY = "KLBR_HOST_SERVERKEY"  # a TCP endpoint's CurveZMQ public key: the channel is encrypted
+# A provisioner of its own forwards to its kernel only the variables named KERNEL_* (gateway_provisioners'
+# convention): each setting is read under either name.
+FORWARDED = "KERNEL_"
+CODES = ("forbidden", "invalid", "budget_exhausted", "stale_generation", "not_running", "timeout", "too_large",
+         "unavailable")
 CALL_TIMEOUT = 30.0  # seconds a call waits for its answer (a command: its own timeout, and this)
 MAX_REQUEST = 2**20  # bytes a request may carry
 _RESEND_EVERY = 5.0  # seconds between sends of one call that has no answer yet
@@ -147,13 +156,21 @@ concurrent.futures.thread._WorkItem = _HandedWork  # type: ignore[misc]  # repla
 
 # -- the channel ------------------------------------------------------------------------------------
 
+def _setting(name: str) -> str | None:
+    return os.environ.get(name) or os.environ.get(FORWARDED + name)
+
+
 class _Channel:
     def __init__(self) -> None:
-        endpoint, token, key = (os.environ.get(name) for name in (ENDPOINT, TOKEN, KEY))
+        endpoint, token, key = (_setting(name) for name in (ENDPOINT, TOKEN, KEY))
+        unavailable = _setting(UNAVAILABLE)
+        if not endpoint and unavailable:
+            raise HostError(code="unavailable", message=unavailable)
         if not (endpoint and token and key):
             msg = "this interpreter was not started by a klbr supervisor (no host channel)"
             raise HostError(code="forbidden", message=msg)
         self.endpoint, self.token, self.key = endpoint, token, key.encode()
+        self.server_key = _setting(SERVER_KEY)
         self._local = threading.local()
 
     def _socket(self) -> zmq.Socket[bytes]:
@@ -162,6 +179,12 @@ class _Channel:
             context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
             sock = context.socket(zmq.DEALER)
             sock.linger = 0
+            if self.server_key:  # over TCP: encrypted, to the server that holds this key only
+                public, secret = zmq.curve_keypair()
+                sock.curve_serverkey = self.server_key.encode()
+                sock.curve_publickey, sock.curve_secretkey = public, secret
+                # whether a route back exists at all: a handshake with the supervisor completed
+                self._local.monitor = sock.get_monitor_socket(zmq.EVENT_HANDSHAKE_SUCCEEDED)
             sock.connect(self.endpoint)
             self._local.socket = sock
         return sock
@@ -176,7 +199,12 @@ class _Channel:
         frames = [PROTOCOL, sign(self.key, payload), payload]
         sock = self._socket()
         deadline = time.monotonic() + timeout
+        sends = 0
         while True:
+            gone = self._gone(probe=sends > 0)
+            sends += 1
+            if gone:
+                raise HostError(code="stale_generation", message=gone)
             sock.send_multipart(frames)  # again after a silence: the same call id, done at most once
             wait = min(_RESEND_EVERY, deadline - time.monotonic())
             while wait > 0 and sock.poll(int(wait * 1000)):
@@ -187,8 +215,43 @@ class _Channel:
                     raise HostError(str(reply.get("code")), str(reply.get("message")))
                 wait = min(_RESEND_EVERY, deadline - time.monotonic())
             if time.monotonic() >= deadline:
+                if not self._reached():
+                    msg = f"no route back to the supervisor: {self.endpoint} was not reached within {timeout:g} s"
+                    raise HostError(code="unavailable", message=msg)
                 msg = f"no answer to {method}() within {timeout:g} s"
                 raise HostError(code="timeout", message=msg)
+
+    def _gone(self, *, probe: bool) -> str | None:
+        """Why the channel has gone with the generation that started this process, where an ipc
+        socket is the generation's own and goes with it (the one ssh forwards to a remote kernel
+        lives as long as its connection): no socket at the path, or nothing listening on it. None
+        while it may answer. Asked before each send: a stat, and a connect only on a resend."""
+        if not self.endpoint.startswith("ipc://"):
+            return None
+        path = self.endpoint.removeprefix("ipc://")
+        why = f"the host channel {path} is gone: the generation that started this process has ended"
+        if not os.path.exists(path):
+            return why
+        if probe:  # a socket file its listener left behind (a supervisor killed outright)
+            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as unix:
+                try:
+                    unix.connect(path)
+                except ConnectionRefusedError:
+                    return why
+                except OSError:
+                    return None  # whatever else it is, the answer may yet come
+        return None
+
+    def _reached(self) -> bool:
+        """Whether this thread's socket ever completed a handshake with the supervisor (watched over
+        TCP only: an ipc path here, or one ssh forwards, is reached or gone with the kernel)."""
+        monitor: zmq.Socket[bytes] | None = getattr(self._local, "monitor", None)
+        if monitor is None:
+            return True
+        while monitor.poll(0):
+            if zmq.utils.monitor.recv_monitor_message(monitor)["event"] == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+                self._local.reached = True
+        return bool(getattr(self._local, "reached", False))
 
     def _reply(self, frames: list[bytes], call_id: str) -> dict[str, Any] | None:
         """The reply to `call_id`, or None for anything else (a late answer to an earlier send)."""

@@ -34,6 +34,7 @@ from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.tasks import Tasks
 from klbr_supervisor.wire import Wire
 
+from . import client_package
 from .answers import Answers
 from .cell_log import CellLog
 from .comm import KlbrComms
@@ -70,7 +71,8 @@ class Proxy:
         self.frontend = frontend = Frontend(info, session, self._frontend_message, max_message_size)
         self.supervisor = supervisor = Supervisor(self, session=session, parent=parent, notebook=notebook,
                                                   kernel_name=info.get("kernel_name") or None,
-                                                  worker_options=worker_options, first=first_worker)
+                                                  worker_options=worker_options, first=first_worker,
+                                                  host_client=client_package.files())
         self.cell_log = cell_log = CellLog(supervisor.store)
         self.replies = replies = Replies(frontend, session, cell_log)
         self.queue = queue = ShellQueue()

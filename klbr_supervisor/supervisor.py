@@ -14,7 +14,7 @@ import itertools
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
 import zmq
@@ -47,13 +47,15 @@ class Supervisor(Succession, SupervisorSettings):
 
     def __init__(self, listener: WorkerListener, *, session: Session, notebook: str | None = None,
                  kernel_name: str | None = None, worker_options: tuple[str, ...] = (),
-                 first: Early | None = None, **kwargs: Any):
+                 first: Early | None = None, host_client: Mapping[str, str] | None = None, **kwargs: Any):
         """`session` carries the key, signature scheme and session id the workers share with the proxy;
         `notebook` and `kernel_name` label this session in the store; `worker_options` go on every
         worker's command line (`SupervisorSettings.worker_options`); `first` is what `boot.prelaunch`
-        started before the imports, which generation 1 adopts if it is what is configured."""
+        started before the imports, which generation 1 adopts if it is what is configured;
+        `host_client` the host client's files, placed for workers that may have no klbr (`targets.client`)."""
         super().__init__(**kwargs)
         self.worker_options = tuple(worker_options)
+        self._host_client = dict(host_client or {})
         self.listener = listener
         self.session = session
         self.store = Store(parent=self)
@@ -119,7 +121,8 @@ class Supervisor(Succession, SupervisorSettings):
         host = early.host if early is not None and early.host else host_environ(self._runtime_dir)
         assert self._reaper is not None, "run() starts the reaper before any generation"
         given = Given(number=number, runtime_dir=self._runtime_dir, reaper=self._reaper, context=self._zmq,
-                      log=self.log, ssh=self.ssh, link_timeout=self.link_timeout)
+                      log=self.log, ssh=self.ssh, link_timeout=self.link_timeout, client=self._host_client,
+                      host_tcp=self.host.tcp)
         target = target_for(self.where, self.worker_kernel, session=self.session.clone(), given=given, early=early)
         gen = Generation(
             number, target=target, session=self.session, worker_args=self.worker_args,

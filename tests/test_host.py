@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import sqlite3
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+import zmq
 
 from conftest import collect, execute, process_gone, results, start_kernel, stream_text, until, worker_pid
 from klbr_supervisor.host.record import LARGE, AnswerRecord
@@ -23,22 +25,41 @@ from klbr_supervisor.host.record import LARGE, AnswerRecord
 ROOT = Path(__file__).parent.parent
 
 
-# The oldest ipykernel admitted, for `python:` (`make .venv-ipykernel/.ready`), and this source tree on
-# its path for the client: the host tests that depend on ipykernel's threads run on both ends.
+# The oldest ipykernel admitted, with no klbr, for `python:` and `kernelspec:` (`make
+# .venv-ipykernel/.ready`): their workers import the client the kernel places for them. The host
+# tests that depend on ipykernel's threads run on both ends.
 OLDEST = ROOT / ".venv-ipykernel" / "bin" / "python"
 ON_BOTH = pytest.mark.parametrize("where", ["local", "python"])
+ELSEWHERE = pytest.mark.parametrize("where", ["python", "kernelspec"])
+OLDEST_SPEC = "oldest-ipykernel"
+
+
+def placement_options(tmp_path, where: str, env: dict[str, str]) -> list[str]:
+    """The options (and `env`'s JUPYTER_PATH) that put generations on `where`, on the venv without klbr."""
+    if where == "local":
+        return []
+    assert OLDEST.exists(), f"{OLDEST} is missing: make .venv-ipykernel/.ready"
+    if where == "python":
+        return [f"--Supervisor.placement=python:{OLDEST}"]
+    spec = tmp_path / "specs" / "kernels" / OLDEST_SPEC
+    spec.mkdir(parents=True, exist_ok=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": [str(OLDEST), "-m", "ipykernel_launcher", "-f", "{connection_file}"],
+        "display_name": "the oldest ipykernel", "language": "python"}))
+    env["JUPYTER_PATH"] = os.pathsep.join([str(tmp_path / "specs"), os.environ["JUPYTER_PATH"]])
+    return [f"--Supervisor.placement=kernelspec:{OLDEST_SPEC}"]
 
 
 @contextmanager
-def host_kernel(tmp_path, *options: str, where: str = "local"):
+def host_kernel(tmp_path, *options: str, where: str = "local", env: dict[str, str] | None = None):
     workspace = tmp_path / "workspace"
     workspace.mkdir(exist_ok=True)
-    env = {"KLBR_DB": str(tmp_path / "log.sqlite3"), "JPY_SESSION_NAME": str(workspace / "agent.ipynb")}
-    if where == "python":
-        assert OLDEST.exists(), f"{OLDEST} is missing: make .venv-ipykernel/.ready"
-        options = (f"--Supervisor.placement=python:{OLDEST}", *options)
-        env["PYTHONPATH"] = str(ROOT)
-    with start_kernel(extra_arguments=[f"--HostService.workspace={workspace}", *options], env=env) as (km, kc):
+    env = {"KLBR_DB": str(tmp_path / "log.sqlite3"), "JPY_SESSION_NAME": str(workspace / "agent.ipynb"),
+           **(env or {})}
+    options = (*placement_options(tmp_path, where, env), *options)
+    # Elsewhere, the kernel (and so its worker) runs outside this source tree: its klbr is not on the worker's path.
+    cwd = None if where == "local" else workspace
+    with start_kernel(extra_arguments=[f"--HostService.workspace={workspace}", *options], env=env, cwd=cwd) as (km, kc):
         execute(kc, "from klbr_kernel import host")
         yield km, kc, workspace
 
@@ -259,10 +280,8 @@ def test_user_code_sees_threading_as_under_ipykernel(tmp_path, where):
     """Importing the client replaces nothing user code calls (what ipykernel itself wraps stays
     ipykernel's), and pooled work that fails shows only its own frames below the pool's."""
     env = {"KLBR_DB": str(tmp_path / "log.sqlite3")}
-    options = []
-    if where == "python":
-        options, env["PYTHONPATH"] = [f"--Supervisor.placement=python:{OLDEST}"], str(ROOT)
-    with start_kernel(extra_arguments=options, env=env) as (km, kc):
+    options = placement_options(tmp_path, where, env)
+    with start_kernel(extra_arguments=options, env=env, cwd=tmp_path) as (km, kc):
         seen = "[threading.Thread.__init__, threading.Thread.start, threading.Thread.run, type(pool).submit, type(loop).run_in_executor]"
         execute(kc, f"import asyncio, threading, concurrent.futures\npool = concurrent.futures.ThreadPoolExecutor(1)\n"
                     f"loop = asyncio.get_running_loop()\nbefore = {seen}")
@@ -402,3 +421,107 @@ def test_outside_a_klbr_worker_there_is_no_host():
     done = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True,
                           timeout=60)
     assert done.stdout.strip() == "forbidden"
+
+
+# -- a worker without klbr: `python:` and `kernelspec:` on the venv that has none ---------------------
+
+def test_a_worker_without_klbr_imports_the_placed_client_and_an_installed_klbr_wins(tmp_path):
+    assert subprocess.run([str(OLDEST), "-c", "import klbr_kernel"], check=False, capture_output=True, cwd=tmp_path,
+                          timeout=60).returncode != 0, "the venv for these tests must have no klbr"
+    where_from = "[__import__('klbr_kernel').__file__, host.__file__, __import__('os').environ['PYTHONPATH']]"
+    with host_kernel(tmp_path, where="python") as (km, kc, workspace):
+        package, module, path = value(kc, where_from)
+        placed = os.path.dirname(os.path.dirname(package))
+        assert os.path.dirname(module) == os.path.dirname(package) and not package.startswith(str(ROOT))
+        assert path.split(os.pathsep)[-1] == placed  # last on the path
+        assert value(kc, "host.inspect()['generation']") == 1
+    assert not os.path.exists(placed)  # gone with its generation
+    with host_kernel(tmp_path, where="python", env={"PYTHONPATH": str(ROOT)}) as (km, kc, workspace):
+        package, module, path = value(kc, where_from)
+        assert (package, module) == (str(ROOT / "klbr_kernel" / "__init__.py"), str(ROOT / "klbr_kernel" / "host.py"))
+        assert path.split(os.pathsep)[0] == str(ROOT)
+        assert value(kc, "host.inspect()['generation']") == 1
+
+
+@ELSEWHERE
+def test_every_call_works_from_a_worker_without_klbr(tmp_path, where):
+    with host_kernel(tmp_path, where=where) as (km, kc, workspace):
+        found = value(kc, "host.inspect()")
+        assert found["generation"] == 1 and found["placement"].startswith(where)
+        assert found["identity"]["interpreter"].startswith(str(ROOT / ".venv-ipykernel"))
+        execute(kc, "host.put('step', {'n': 3})")
+        assert value(kc, "[host.get('step'), host.get('missing', 0), host.keys()]") == [{"n": 3}, 0, ["step"]]
+        ran = value(kc, "host.run(['sh', '-c', 'pwd; echo oops >&2; exit 3'])")
+        assert (ran["exit_code"], ran["stdout"], ran["stderr"]) == (3, f"{workspace}\n", "oops\n")
+        _, outputs = execute(kc, "host.notify('from afar')")
+        assert [m["content"]["data"]["text/markdown"] for m in outputs if m["msg_type"] == "display_data"] == [
+            "**klbr note:** from afar"]
+        assert refused(kc, "host.run(['true'], cwd='..')") == "forbidden"
+        code = ("codes = []\nfor _ in range(129):\n    try:\n        host.keys(); codes.append('ok')\n"
+                "    except host.HostError as e:\n        codes.append(e.code)\n")
+        execute(kc, code, timeout=60)
+        assert value(kc, "codes[-2:]") == ["ok", "budget_exhausted"]
+
+
+@ELSEWHERE
+@pytest.mark.parametrize("call", ["restart('leaking memory')", "relocate('local')"])
+def test_restart_and_relocate_from_a_worker_without_klbr(tmp_path, where, call):
+    with host_kernel(tmp_path, where=where) as (km, kc, workspace):
+        execute(kc, "kept = 1")
+        pid = worker_pid(kc)
+        reply, outputs = execute(kc, f"host.{call}\nprint('the cell finishes')")
+        assert reply["content"]["status"] == "ok" and stream_text(outputs) == "the cell finishes\n"
+        assert worker_pid(kc) != pid and process_gone(pid)
+        assert execute(kc, "kept")[0]["content"]["ename"] == "NameError"
+        execute(kc, "from klbr_kernel import host")
+        found = value(kc, "host.inspect()")
+        assert found["generation"] == 2
+        assert found["placement"] == "local" if call.startswith("relocate") else found["placement"].startswith(where)
+
+
+@ELSEWHERE
+def test_a_call_from_an_ended_generation_without_klbr_is_stale(tmp_path, where):
+    with host_kernel(tmp_path, where=where) as (km, kc, workspace):
+        ready, go, out = workspace / "ready", workspace / "go", workspace / "out"
+        script = (f"import os, time\nfrom klbr_kernel import host\nopen({str(ready)!r}, 'w').close()\n"
+                  f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.01)\n"
+                  f"try:\n    host.inspect()\n    code = 'answered'\nexcept host.HostError as e:\n    code = e.code\n"
+                  f"open({str(out)!r}, 'w').write(code)\n")
+        execute(kc, f"import subprocess, sys\nsubprocess.Popen([sys.executable, '-c', {script!r}], start_new_session=True)")
+        until(ready.exists, 60, "the leftover process has imported the client")
+        execute(kc, "%klbr restart")
+        go.touch()
+        until(out.exists, 60, "the leftover process has called")
+        assert out.read_text() == "stale_generation"
+
+
+def test_a_tcp_endpoint_never_reached_is_unavailable_saying_so(tmp_path):
+    """A provisioned kernel with no route back: its call ends `unavailable`, naming the endpoint."""
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    env = {**os.environ, "KERNEL_KLBR_HOST_ENDPOINT": f"tcp://127.0.0.1:{port}", "KERNEL_KLBR_HOST_TOKEN": "t",
+           "KERNEL_KLBR_HOST_KEY": "k", "KERNEL_KLBR_HOST_SERVERKEY": zmq.curve_keypair()[0].decode()}
+    code = ("from klbr_kernel import host\ntry:\n    host._call('keys', wait=2)\nexcept host.HostError as e:\n"
+            "    print(e.code, e.message)")
+    done = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.startswith(f"unavailable no route back to the supervisor: tcp://127.0.0.1:{port}"), done
+
+
+@pytest.mark.parametrize("left", ["nothing", "a socket nobody listens on"])
+def test_a_call_whose_ipc_channel_is_gone_is_stale_saying_so(tmp_path, left):
+    """The channel's socket went with its generation (removed, or left behind by a supervisor
+    killed outright): the call ends `stale_generation` naming it, not after the whole wait."""
+    path = tmp_path / "host"
+    if left != "nothing":
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as unix:
+            unix.bind(str(path))  # bound, never listening: a connect is refused
+    env = {**os.environ, "KLBR_HOST_ENDPOINT": f"ipc://{path}", "KLBR_HOST_TOKEN": "t", "KLBR_HOST_KEY": "k"}
+    code = ("from klbr_kernel import host\ntry:\n    host._call('keys', wait=25)\nexcept host.HostError as e:\n"
+            "    print(e.code, e.message)")
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True,
+                          timeout=60)
+    assert done.stdout.startswith(f"stale_generation the host channel {path} is gone"), done
+    assert time.monotonic() - started < 20, "told only when the whole wait was over"

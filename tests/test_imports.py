@@ -163,3 +163,21 @@ def test_klbr_supervisor_never_imports_klbr_kernel():
     back = sorted(f"{name} -> {target}" for name, targets in import_graph().items()
                   if name.startswith("klbr_supervisor") for target in targets if target.startswith("klbr_kernel"))
     assert not back, back
+
+
+def _named_modules(path: Path) -> list[str]:
+    """The strings in `path`'s code (not its docstrings) that name a module of klbr_kernel."""
+    tree = ast.parse(path.read_text(), str(path))
+    docstrings = {id(node.body[0].value) for node in ast.walk(tree)
+                  if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef))
+                  and node.body and isinstance(node.body[0], ast.Expr) and isinstance(node.body[0].value, ast.Constant)}
+    return [node.value for node in ast.walk(tree) if isinstance(node, ast.Constant) and isinstance(node.value, str)
+            and id(node) not in docstrings and (node.value == "klbr_kernel" or node.value.startswith("klbr_kernel."))]
+
+
+def test_klbr_supervisor_never_looks_klbr_kernel_up_by_name():
+    """Nor behind the import statement's back (`find_spec`, `import_module`, a path built from the
+    name): what it needs of the kernel (the host client's files) it is handed."""
+    named = sorted(f"{name}: {text}" for name, path in project_modules().items() if name.startswith("klbr_supervisor")
+                   for text in _named_modules(path))
+    assert not named, named

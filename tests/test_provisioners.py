@@ -13,6 +13,7 @@ loop. Two real provisioners:
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -23,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+import zmq
 
 from conftest import (
     collect,
@@ -32,10 +34,12 @@ from conftest import (
     start_kernel,
     status_rows,
     stream_text,
+    until,
     value,
     wait_for_stream,
     worker_pid,
 )
+from klbr_kernel.host import PROTOCOL, sign
 
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
@@ -275,3 +279,91 @@ def test_a_provisioner_whose_signals_hang_still_gets_its_kill_and_the_cell_an_an
         assert process_gone(first)
         assert value(kc, "6 * 7") == 42
         assert len(launches(control)) == 2
+
+
+def test_host_callbacks_reach_a_provisioned_kernel_over_tcp_with_curve(tmp_path, gateway_specs):
+    """Its credentials travel as KERNEL_* variables (what gateway_provisioners forward to a remote
+    kernel), its endpoint is TCP, and only a client that knows the server's CurveZMQ key is answered."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    with on_gateway(tmp_path, gateway_specs, "--HostService.tcp_ip=127.0.0.1",
+                    f"--HostService.workspace={workspace}") as (km, kc):
+        reply, _ = execute(kc, "%klbr placement kernelspec:gp-local", timeout=90)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        execute(kc, "from klbr_kernel import host")
+        found = value(kc, "host.inspect()")
+        assert found["generation"] == 2 and found["placement"] == "kernelspec:gp-local"
+        env = value(kc, "{k: v for k, v in __import__('os').environ.items() if 'KLBR_HOST' in k}")
+        assert set(env) == {f"KERNEL_KLBR_HOST_{name}" for name in ("ENDPOINT", "TOKEN", "KEY", "SERVERKEY")}
+        assert env["KERNEL_KLBR_HOST_ENDPOINT"].startswith("tcp://127.0.0.1:")
+        execute(kc, "host.put('step', 3)")
+        assert value(kc, "[host.get('step'), host.keys()]") == [3, ["step"]]
+        ran = value(kc, "host.run(['sh', '-c', 'pwd; exit 3'])")
+        assert (ran["exit_code"], ran["stdout"]) == (3, f"{workspace}\n")
+        _, outputs = execute(kc, "host.notify('provisioned')")
+        assert [m["content"]["data"]["text/markdown"] for m in outputs if m["msg_type"] == "display_data"] == [
+            "**klbr note:** provisioned"]
+        code = ("codes = []\nfor _ in range(129):\n    try:\n        host.keys(); codes.append('ok')\n"
+                "    except host.HostError as e:\n        codes.append(e.code)\n")
+        execute(kc, code, timeout=60)
+        assert value(kc, "codes[-2:]") == ["ok", "budget_exhausted"]
+        # The same signed request, from here: answered with the server's key (not_running: no cell
+        # of ours runs), never without it.
+        payload = json.dumps({"call": "c1", "token": env["KERNEL_KLBR_HOST_TOKEN"], "cell": None,
+                              "method": "keys", "args": {}}).encode()
+        frames = [PROTOCOL, sign(env["KERNEL_KLBR_HOST_KEY"].encode(), payload), payload]
+        context = zmq.Context()
+        try:
+            for curve in (True, False):
+                sock = context.socket(zmq.DEALER)
+                sock.linger = 0
+                if curve:
+                    sock.curve_serverkey = env["KERNEL_KLBR_HOST_SERVERKEY"].encode()
+                    sock.curve_publickey, sock.curve_secretkey = zmq.curve_keypair()
+                sock.connect(env["KERNEL_KLBR_HOST_ENDPOINT"])
+                sock.send_multipart(frames)
+                if curve:
+                    assert sock.poll(30_000), "no answer over CurveZMQ"
+                    answer = json.loads(sock.recv_multipart()[2])
+                    assert (answer["call"], answer["code"]) == ("c1", "not_running")
+                else:
+                    assert not sock.poll(3_000), "a client without the server's key was answered"
+                sock.close()
+        finally:
+            context.term()
+
+
+def test_restart_relocate_and_a_stale_call_from_a_provisioned_kernel(tmp_path, gateway_specs):
+    """Over TCP as on local: `host.restart()` gives a new provisioned generation when its cell ends,
+    a process the old one left behind is told `stale_generation`, `host.relocate()` moves the session."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir()
+    ready, go, out = workspace / "ready", workspace / "go", workspace / "out"
+    script = (f"import os, time\nfrom klbr_kernel import host\nopen({str(ready)!r}, 'w').close()\n"
+              f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.01)\n"
+              f"try:\n    host.inspect()\n    code = 'answered'\nexcept host.HostError as e:\n    code = e.code\n"
+              f"open({str(out)!r}, 'w').write(code)\n")
+    with on_gateway(tmp_path, gateway_specs, "--HostService.tcp_ip=127.0.0.1",
+                    f"--HostService.workspace={workspace}") as (km, kc):
+        reply, _ = execute(kc, "%klbr placement kernelspec:gp-local", timeout=90)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        execute(kc, f"import subprocess, sys\nleftover = subprocess.Popen([sys.executable, '-c', {script!r}], "
+                    "start_new_session=True).pid\nkept = 1\nfrom klbr_kernel import host")
+        leftover = value(kc, "leftover")
+        until(ready.exists, 60, "the leftover process has imported the client")
+        reply, outputs = execute(kc, "host.restart('leaking memory')\nprint('the cell finishes')", timeout=90)
+        assert reply["content"]["status"] == "ok" and stream_text(outputs) == "the cell finishes\n"
+        assert execute(kc, "kept", timeout=90)[0]["content"]["ename"] == "NameError"
+        execute(kc, "from klbr_kernel import host")
+        found = value(kc, "host.inspect()")
+        assert (found["generation"], found["placement"]) == (3, "kernelspec:gp-local")
+        go.touch()
+        until(out.exists, 60, "the leftover process has called")
+        assert out.read_text() == "stale_generation"
+        reply, _ = execute(kc, "host.relocate('local')", timeout=90)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        execute(kc, "from klbr_kernel import host", timeout=90)
+        found = value(kc, "host.inspect()")
+        assert (found["generation"], found["placement"]) == (4, "local")
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(leftover, signal.SIGKILL)

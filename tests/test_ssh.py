@@ -297,3 +297,101 @@ def test_a_configured_ssh_placement_without_ipykernel_fails_every_cell_saying_so
             reply, _ = execute(kc, "1 + 1", timeout=60)
             assert reply["content"]["ename"] == "WorkerStartFailed", reply["content"]
             assert "has no ipykernel" in reply["content"]["evalue"]
+
+
+# -- host callbacks over ssh: the remote interpreter has no klbr; the agent places the client ------
+
+def host_on_ssh(tmp_path, sshd, *options):
+    """A kernel on SPEC whose `host.run` commands run in `tmp_path / "workspace"`, here."""
+    workspace = tmp_path / "workspace"
+    workspace.mkdir(exist_ok=True)
+    return start_kernel(extra_arguments=[f"--Supervisor.placement={SPEC}", f"--Supervisor.ssh_options=-F{sshd.config}",
+                                         f"--HostService.workspace={workspace}", *options],
+                        env={"KLBR_DB": str(tmp_path / "log.sqlite3")}, cwd=workspace)
+
+
+def test_every_host_call_works_from_a_remote_kernel_without_klbr(tmp_path, sshd):
+    workspace = tmp_path / "workspace"
+    with host_on_ssh(tmp_path, sshd) as (km, kc):
+        execute(kc, "from klbr_kernel import host")
+        placed = value(kc, "host.__file__")
+        connection = value(kc, "get_ipython().kernel.parent.connection_file")
+        assert placed.startswith(os.path.dirname(connection) + "/client/")  # in the agent's 0700 directory
+        found = value(kc, "host.inspect()")
+        assert found["generation"] == 1 and found["placement"] == SPEC
+        assert found["identity"]["interpreter"] == str(REMOTE_PYTHON) and found["identity"]["pid"] == worker_pid(kc)
+        execute(kc, "host.put('step', {'n': 3})")
+        assert value(kc, "[host.get('step'), host.get('missing', 0), host.keys()]") == [{"n": 3}, 0, ["step"]]
+        ran = value(kc, "host.run(['sh', '-c', 'pwd; echo oops >&2; exit 3'])")  # on the supervisor's machine
+        assert (ran["exit_code"], ran["stdout"], ran["stderr"]) == (3, f"{workspace}\n", "oops\n")
+        _, outputs = execute(kc, "host.notify('from the remote')")
+        assert [m["content"]["data"]["text/markdown"] for m in outputs if m["msg_type"] == "display_data"] == [
+            "**klbr note:** from the remote"]
+        code = ("codes = []\nfor _ in range(129):\n    try:\n        host.keys(); codes.append('ok')\n"
+                "    except host.HostError as e:\n        codes.append(e.code)\n")
+        execute(kc, code, timeout=60)
+        assert value(kc, "codes[-2:]") == ["ok", "budget_exhausted"]
+        remote = worker_pid(kc)
+    assert process_gone(remote, timeout=10)
+    until(lambda: not os.path.exists(placed), 10, "the client goes with the remote kernel")
+
+
+@pytest.mark.parametrize("call", ["restart('leaking memory')", "relocate('local')"])
+def test_restart_and_relocate_from_a_remote_kernel(tmp_path, sshd, call):
+    with host_on_ssh(tmp_path, sshd) as (km, kc):
+        execute(kc, "kept = 1\nfrom klbr_kernel import host")
+        pid = worker_pid(kc)
+        reply, outputs = execute(kc, f"host.{call}\nprint('the cell finishes')")
+        assert reply["content"]["status"] == "ok" and stream_text(outputs) == "the cell finishes\n"
+        assert process_gone(pid, timeout=10)
+        assert execute(kc, "kept", timeout=60)[0]["content"]["ename"] == "NameError"
+        execute(kc, "from klbr_kernel import host")
+        found = value(kc, "host.inspect()")
+        assert found["generation"] == 2
+        assert found["placement"] == ("local" if call.startswith("relocate") else SPEC)
+
+
+def test_a_link_cut_mid_call_ends_the_call_unavailable_naming_the_link(tmp_path, sshd):
+    started = tmp_path / "workspace" / "started"
+    with host_on_ssh(tmp_path, sshd, "--Supervisor.link_timeout=3") as (km, kc):
+        execute(kc, "from klbr_kernel import host")
+        msg_id = kc.execute(f"host.run(['sh', '-c', 'echo $$ > {started}; exec sleep 600'], timeout=600)")
+        until(lambda: started.exists() and started.read_text().strip(), 30, "the command runs here")
+        command = int(started.read_text())
+        for pid in sshd.sessions():
+            signal_quietly(pid, signal.SIGKILL)
+        reply, _ = collect(kc, msg_id, timeout=60)
+        assert reply["content"]["ename"] == "PlacementLost", reply["content"]
+        assert process_gone(command, timeout=10), "the command outlived its lost link"
+    rows = sqlite3.connect(tmp_path / "log.sqlite3").execute(
+        "SELECT payload FROM events WHERE kind = 'host_unavailable'").fetchall()
+    assert len(rows) == 1
+    ended = json.loads(rows[0][0])
+    assert ended["calls"] == 1 and ended["generation"] == 1
+    assert f"the link to {SPEC} was lost" in ended["why"] and "ssh to klbr-test" in ended["why"], ended["why"]
+
+
+def test_a_call_from_an_ended_remote_generation_is_stale(tmp_path, sshd):
+    """A process the remote kernel left behind (a daemon in a session of its own) keeps its
+    generation's credentials; once the generation ends, its call is stale, told at once."""
+    workspace = tmp_path / "workspace"
+    ready, go, out = workspace / "ready", workspace / "go", workspace / "out"
+    script = (f"import os, time\nfrom klbr_kernel import host\nopen({str(ready)!r}, 'w').close()\n"
+              f"while not os.path.exists({str(go)!r}):\n    time.sleep(0.01)\n"
+              "started = time.monotonic()\n"
+              f"try:\n    host.inspect()\n    code = 'answered'\nexcept host.HostError as e:\n    code = e.code\n"
+              f"open({str(out)!r}, 'w').write(f'{{code}} {{time.monotonic() - started:.1f}}')\n")
+    with host_on_ssh(tmp_path, sshd) as (km, kc):
+        execute(kc, f"import subprocess, sys\nleftover = subprocess.Popen([sys.executable, '-c', {script!r}], "
+                    "start_new_session=True).pid")
+        leftover = value(kc, "leftover")
+        until(ready.exists, 60, "the leftover process has imported the client")
+        reply, _ = execute(kc, "%klbr restart", timeout=90)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        assert value(kc, "6 * 7") == 42  # generation 2 serves, over a connection of its own
+        go.touch()
+        until(out.exists, 60, "the leftover process has called")
+        code, took = out.read_text().split()
+        assert code == "stale_generation"
+        assert float(took) < 10, f"told after {took} s, not at once"
+    signal_quietly(leftover, signal.SIGKILL)

@@ -311,10 +311,11 @@ def values(argv: list[str], name: str) -> list[str]:
     return [v[1:-1] if len(v) >= 2 and v[0] == v[-1] and v[0] in "'\"" else v for v in found]
 
 
-def start(argv: list[str]) -> Early | None:
+def start(argv: list[str], client: dict[str, str] | None = None) -> Early | None:
     """Called first by `python -m klbr_kernel -f FILE`: spawn generation 1 if it will be the default,
-    or its ssh if the command line names an ssh:// placement; what was started, for the app to hand
-    down (None: nothing was, and the supervisor starts generation 1 itself)."""
+    or its ssh if the command line names an ssh:// placement (its agent places the host `client`'s
+    files there); what was started, for the app to hand down (None: nothing was, and the supervisor
+    starts generation 1 itself)."""
     path = connection_file_arg(argv)
     spec = (values(argv, "Supervisor.placement") or [""])[-1]
     other = [opt for opt in _OTHER_WORKER if not (opt == "Supervisor.placement" and spec.startswith("ssh://"))]
@@ -338,7 +339,7 @@ def start(argv: list[str]) -> Early | None:
     session_id = new_id()
     args = [f"--Session.session={session_id}", *history_args(options), *options]  # after -f FILE
     if spec:
-        early = _start_ssh(argv, info, runtime, session_id, args)
+        early = _start_ssh(argv, info, runtime, session_id, args, client or {})
         if early is not None:
             atexit.register(early.discard)  # for a kernel that never gets as far as adopting it
         return early
@@ -359,9 +360,9 @@ def start(argv: list[str]) -> Early | None:
     return prelaunched
 
 
-def _start_ssh(argv: list[str], info: dict[str, Any], runtime: str, session_id: str,
-               args: list[str]) -> EarlySsh | None:
-    """The first generation's ssh; its remote kernel is started with `args`."""
+def _start_ssh(argv: list[str], info: dict[str, Any], runtime: str, session_id: str, args: list[str],
+               client: dict[str, str]) -> EarlySsh | None:
+    """The first generation's ssh; its remote kernel is started with `args` and the host channel."""
     # ssh:// only: the local spawn waits for neither.
     from .placement import PlacementError, parse  # noqa: PLC0415
     from .ssh_launch import LINK_TIMEOUT, Launch, split  # noqa: PLC0415
@@ -376,8 +377,11 @@ def _start_ssh(argv: list[str], info: dict[str, Any], runtime: str, session_id: 
                         float(given["link_timeout"][0]) if given["link_timeout"] else LINK_TIMEOUT,
                         os.path.join(runtime, "ssh1"), os.urandom(32).hex(), info.get("signature_scheme", "hmac-sha256"),
                         args)
+        launch.host, launch.client = host_environ(runtime), client
         process = launch.spawn()
     except (PlacementError, ValueError, OSError):
         _end(None, runtime)
         return None  # the supervisor starts it, and says what is wrong
-    return EarlySsh(launch, process, runtime, session_id)
+    early = EarlySsh(launch, process, runtime, session_id)
+    early.host = launch.host  # the supervisor's channel admits it
+    return early

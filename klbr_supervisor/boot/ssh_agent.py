@@ -8,6 +8,11 @@ worker's bootstrap and arguments, the channels' ports, the lease), later ``{"lea
 ``{"started": PID}`` once the kernel's sockets exist, and ``{"exited": STATUS}`` if it exits;
 ``{"failed": TEXT}`` instead when the interpreter has no ipykernel.
 
+The start may carry the host channel: its credentials (the endpoint a Unix socket ssh forwards back
+to the supervisor's), which go into the kernel's environment, and the host client's files, which
+go into ``client`` in its directory, last on the kernel's PYTHONPATH (a klbr installed there still
+wins); both go with the directory, and the forwarded socket's path with them.
+
 It makes a 0700 directory with the connection file (0600, ipc sockets beside it, which ssh forwards
 to the kernel's own runtime directory), starts ipykernel in its own process group and relays signals
 to that group. It kills the group and removes the directory when the kernel exits, when stdin ends
@@ -27,6 +32,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 
 def _say(**message: object) -> None:
@@ -39,6 +45,24 @@ def _killpg(pid: int, sig: int) -> None:
         os.killpg(pid, sig)
     except OSError:
         pass
+
+
+def _host_channel(start: dict[str, Any], where: str) -> dict[str, str]:
+    """What the kernel's environment gets of the host channel: its credentials (the endpoint the
+    socket ssh forwards back) and the host client, placed in `where`, last on its path."""
+    if "host" not in start:
+        return {}
+    placed = os.path.join(where, "client")
+    for name, text in start["client"].items():
+        path = os.path.join(placed, name)
+        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            f.write(text)
+    env = dict(start["host"])
+    if start["client"]:
+        before = os.environ.get("PYTHONPATH", "")
+        env["PYTHONPATH"] = before + os.pathsep + placed if before else placed
+    return env
 
 
 def main() -> None:
@@ -75,7 +99,7 @@ def main() -> None:
             stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
             start_new_session=True, cwd=os.path.expanduser("~"),
             # its parent poller ends it if the agent is gone, as a frontend's would
-            env={**os.environ, "JPY_PARENT_PID": str(os.getpid())})
+            env={**os.environ, "JPY_PARENT_PID": str(os.getpid()), **_host_channel(start, where)})
         threading.Thread(target=lambda: events.put(("exit", proc.wait())), daemon=True).start()
         sockets = [f"{info['ip']}-{port}" for port in start["channels"].values()]
         lease = float(start["lease"])
@@ -111,6 +135,11 @@ def main() -> None:
         if proc is not None:
             _killpg(proc.pid, signal.SIGKILL)
         shutil.rmtree(where, ignore_errors=True)
+        if start.get("host_socket"):
+            try:
+                os.unlink(start["host_socket"])  # sshd may leave its listener's path behind
+            except OSError:
+                pass
 
 
 if __name__ == "__main__":

@@ -29,6 +29,7 @@ REMOTE = '{python} -c "import sys;exec(sys.stdin.readline())"'
 CHANNELS = {"shell": 1, "iopub": 2, "stdin": 3, "control": 4, "hb": 5}
 LINK_TIMEOUT = 15.0  # `Supervisor.link_timeout`'s default
 LEASE_EVERY = 1.0  # seconds between lease renewals
+HOST_ENDPOINT = "KLBR_HOST_ENDPOINT"
 
 
 def split(command: str) -> list[str]:
@@ -73,14 +74,32 @@ class Launch:
         self.key = key
         self.signature_scheme = signature_scheme
         self.args = list(args)  # ipykernel's, after the connection file
+        # The host channel's credentials as the supervisor gives them (its endpoint an ipc path
+        # here), and the host client's files (`targets.client`): the remote kernel gets both from
+        # the agent, its endpoint the remote end of one more forwarded socket (`host_socket`).
+        self.host: dict[str, str] = {}
+        self.client: dict[str, str] = {}
+        # Beside its directory, not in it: ssh binds it as it connects, before the agent runs.
+        # sshd makes it 0600 (its StreamLocalBindMask, 0177 unless its admin says otherwise).
+        self.host_socket = f"{self.remote_dir}.host"
 
     def argv(self) -> list[str]:
         base = base_command(self.placement, self.ssh_command, self.ssh_options, self.link_timeout)
         forwards = []
         for port in CHANNELS.values():
             forwards += ["-L", f"{self.local}-{port}:{self.remote_dir}/k-{port}"]
+        endpoint = self.host.get(HOST_ENDPOINT, "")
+        if endpoint.startswith("ipc://"):  # the remote's calls come back to this machine's socket
+            forwards += ["-R", f"{self.host_socket}:{endpoint.removeprefix('ipc://')}"]
         return [*base[:-1], "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindMask=0177",
                 "-o", "StreamLocalBindUnlink=yes", *forwards, base[-1], remote(self.placement.python, AGENT)[0]]
+
+    def _host_channel(self) -> dict[str, object]:
+        """What the agent gives its kernel of the host channel (none without credentials)."""
+        if not self.host.get(HOST_ENDPOINT, "").startswith("ipc://"):
+            return {}
+        return {"host": {**self.host, HOST_ENDPOINT: f"ipc://{self.host_socket}"}, "host_socket": self.host_socket,
+                "client": self.client}
 
     def spawn(self) -> subprocess.Popen[bytes]:
         """Start ssh in a session of its own (what it starts goes with it) and give the agent its
@@ -94,7 +113,7 @@ class Launch:
 
             start = {"dir": self.remote_dir, "key": self.key, "signature_scheme": self.signature_scheme,
                      "bootstrap": BOOTSTRAP, "args": self.args, "channels": CHANNELS,
-                     "lease": lease_of(self.link_timeout)}
+                     "lease": lease_of(self.link_timeout), **self._host_channel()}
             first = remote(self.placement.python, AGENT)[1] + json.dumps({"start": start}) + "\n"
             assert process.stdin is not None  # opened as a pipe just above
             try:

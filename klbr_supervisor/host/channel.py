@@ -9,10 +9,14 @@ A token of an ended generation keeps its key, so its late callers are told `stal
 
 One socket for every generation (on an ipc path in the kernel's 0700 runtime directory), so a
 placement on another host forwards one path; a token and a key per generation keep generations apart.
+For kernels of provisioners of their own, which may run wherever their sockets reach, a second
+socket on TCP (`listen_tcp`, bound on first use), CurveZMQ on: encrypted, and the server known to
+the client by its public key; the requests on it are checked and answered exactly as on the first.
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import hmac
 import json
@@ -69,6 +73,14 @@ class Credentials:
         return {"KLBR_HOST_ENDPOINT": self.endpoint, "KLBR_HOST_TOKEN": self.token, "KLBR_HOST_KEY": self.key}
 
 
+@dataclass(frozen=True)
+class TcpListener:
+    """The host channel's TCP socket: where it listens, and its CurveZMQ public key (Z85)."""
+
+    endpoint: str
+    server_key: str
+
+
 def sign(key: bytes, payload: bytes) -> bytes:
     return hmac.new(key, payload, hashlib.sha256).hexdigest().encode()
 
@@ -98,11 +110,40 @@ class HostChannel:
         self._handle = handle
         self._log = log
         self.dropped = 0
-        sock = context.socket(zmq.ROUTER)
+        self._context = context
+        self._channels: dict[str, Channel] = {}
+        # One sender per socket, made once: a caller's answers stay equal (`Answer`).
+        self._senders: dict[str, Callable[[bytes, bytes, Reply], None]] = {}
+        self.tcp: TcpListener | None = None
+        self._listen("host", self._router(), endpoint)
+
+    def _router(self) -> zmq.Socket[bytes]:
+        sock: zmq.Socket[bytes] = self._context.socket(zmq.ROUTER)
         sock.linger = 0
         sock.router_mandatory = 1  # a caller gone is a reply dropped, and said so
-        sock.bind(endpoint)
-        self._channel = Channel("host", sock, self._received)
+        return sock
+
+    def _listen(self, name: str, sock: zmq.Socket[bytes], endpoint: str) -> str:
+        try:
+            sock.bind(endpoint)
+        except zmq.ZMQError:
+            sock.close()
+            raise
+        self._channels[name] = Channel(name, sock, functools.partial(self._received, name))
+        self._senders[name] = functools.partial(self._send, name)
+        return str(sock.getsockopt_string(zmq.LAST_ENDPOINT))
+
+    def listen_tcp(self, ip: str) -> TcpListener:
+        """The TCP socket, bound on `ip` (a port of the system's choosing) the first time it is
+        asked for; raises `zmq.ZMQError` when it cannot be bound."""
+        if self.tcp is None:
+            public, secret = zmq.curve_keypair()
+            sock = self._router()
+            sock.curve_server = True
+            sock.curve_secretkey = secret
+            endpoint = self._listen("host-tcp", sock, f"tcp://{ip}:0")
+            self.tcp = TcpListener(endpoint, public.decode("ascii"))
+        return self.tcp
 
     def admit(self, credentials: Credentials) -> None:
         self._keys[credentials.token] = credentials.key.encode()
@@ -114,9 +155,10 @@ class HostChannel:
             self._keys.pop(self._retired.pop(0), None)
 
     def close(self) -> None:
-        self._channel.close()
+        for channel in self._channels.values():
+            channel.close()
 
-    def _received(self, frames: list[zmq.Frame]) -> None:
+    def _received(self, name: str, frames: list[zmq.Frame]) -> None:
         if len(frames) != 4 or frames[1].bytes != PROTOCOL:
             return self._drop("not a host request")
         identity, signature, payload = frames[0].bytes, frames[2].bytes, frames[3].bytes
@@ -131,11 +173,12 @@ class HostChannel:
         key = self._keys.get(request["token"])
         if key is None or not hmac.compare_digest(signature, sign(key, payload)):
             return self._drop("unknown token or bad signature")
-        self._handle(request["token"], request, Answer(self._send, identity, key))
+        self._handle(request["token"], request, Answer(self._senders[name], identity, key))
 
-    def _send(self, identity: bytes, key: bytes, reply: Reply) -> None:
+    def _send(self, name: str, identity: bytes, key: bytes, reply: Reply) -> None:
+        """Answer on the socket the request came in on."""
         payload = json.dumps(reply).encode()
-        if not self._channel.send([identity, PROTOCOL, sign(key, payload), payload], copy=True):
+        if not self._channels[name].send([identity, PROTOCOL, sign(key, payload), payload], copy=True):
             self._log.info("host: the caller of %s is gone; its answer is dropped", reply.get("call"))
 
     def _drop(self, why: str) -> None:

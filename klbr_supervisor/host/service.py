@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import json
 import os
+import socket
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -39,6 +40,7 @@ if TYPE_CHECKING:
     from ..boot.reaper import Reaper
     from ..generation import Generation
     from ..running import RunningCell
+    from ..states import Ending
     from ..store import Store, StoreError
     from ..supervisor import Supervisor
 
@@ -56,6 +58,12 @@ class HostService(LoggingConfigurable):
         help="Directory `host.run` commands run in, or below (default: the notebook's directory, else the kernel's).",
     )
     max_requests_per_cell = Int(128, config=True, help="Host calls one cell may make (then `budget_exhausted`).")
+    tcp_ip = Unicode(
+        "", config=True,
+        help="Address the host channel's TCP socket (CurveZMQ) listens on, for kernels of provisioners of their "
+             "own, which may run where this machine's ipc socket does not reach (default: the address this "
+             "machine's hostname resolves to).",
+    )
 
     def __init__(self, supervisor: Supervisor, **kwargs: Any) -> None:
         super().__init__(**kwargs)
@@ -75,6 +83,15 @@ class HostService(LoggingConfigurable):
         """Bind the channel (on the loop, once the supervisor runs); `reaper` watches the commands."""
         self.channel = HostChannel(endpoint, context, self._handle, self.log)
         self._reaper = reaper
+
+    def tcp(self) -> tuple[str, str]:
+        """The channel's TCP endpoint and its CurveZMQ public key, listening from the first call on
+        (a provisioned generation's target asks, `Given.host_tcp`); raises OSError or `zmq.ZMQError`."""
+        if self.channel is None:
+            msg = "the host channel is not open"
+            raise OSError(msg)
+        listener = self.channel.listen_tcp(self.tcp_ip or socket.gethostbyname(socket.gethostname()))
+        return listener.endpoint, listener.server_key
 
     def cell_ended(self, cell: RunningCell, stopping: bool = False) -> None:
         """The running `cell` ended with its reply (an interrupted one too): its commands end, and
@@ -128,21 +145,32 @@ class HostService(LoggingConfigurable):
         if self.channel is not None:
             self.channel.admit(credentials)
 
-    def retire(self, credentials: Credentials) -> None:
-        """Its generation ended: its late calls are told `stale_generation`."""
+    def retire(self, credentials: Credentials, ending: Ending | None = None) -> None:
+        """Its generation ended (`ending` says why): its late calls are told `stale_generation`,
+        its calls in flight are ended, `unavailable` when its link was lost (naming the link)."""
         generation = self._generations.pop(credentials.token, None)
         if self.channel is not None:
             self.channel.retire(credentials.token)
         cell = self.supervisor.cells.cell
         if cell is not None and cell.generation is generation:
             self._after.pop(cell.msg_id, None)  # it ended with its generation: nothing follows
+        if ending is not None and ending.reason is EndReason.LINK_LOST and generation is not None:
+            why = f"the link to {generation.placement.spec} was lost ({ending.how}); the command was ended"
+            ended = self._stop(lambda gen, cell: gen is generation, "unavailable", why)
+            if ended:  # its caller cannot be told: the cell log is
+                self.supervisor.store.event("host_unavailable", {"generation": generation.number, "calls": ended,
+                                                                 "why": why})
         self._stop(lambda gen, cell: gen is generation, "stale_generation",
                    "the generation that started this command ended, and the command was ended with it")
 
-    def _stop(self, which: Callable[[Generation, str], bool], code: str, message: str) -> None:
+    def _stop(self, which: Callable[[Generation, str], bool], code: str, message: str) -> int:
+        """End the commands under way `which` picks (their calls answered `code`); how many."""
+        ended = 0
         for run, (generation, cell) in list(self._runs.items()):
             if which(generation, cell):
                 run.stop(code, message)
+                ended += 1
+        return ended
 
     @property
     def root(self) -> Path:

@@ -26,7 +26,12 @@ What a kind declares, read by the generation and the supervisor (never the spec'
 - `remote`: its process may not be ours to see exit;
 - `host_channel`: how the host channel (`klbr_supervisor.host`) reaches its worker: "environ", its
   endpoint and credentials in the worker's environment (an ipc path, which reaches it on this
-  machine), or None: not at all;
+  machine); "forwarded", the credentials handed to what starts it elsewhere, the endpoint a socket
+  forwarded back to this machine's (`ssh`); "tcp", the credentials and the TCP endpoint's CurveZMQ key
+  in its environment, named KERNEL_* so a provisioner forwards them (`provisioned`); or None: not
+  at all (the worker is told why);
+- `places_client`: its interpreter may have no klbr, so each generation gets the host client placed
+  last on its worker's path (`client`; a klbr installed there wins);
 - `takes_klbr_options`: its worker is an ipykernel klbr starts, which gets the proxy's session id and
   klbr's own options before the user's (any other gets the user's only, after its own argv);
 - `check`: whether a generation can start there at all, asked before a session moves there;
@@ -38,13 +43,14 @@ from __future__ import annotations
 import logging
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, NotRequired, TypedDict
 
 from jupyter_client.session import Session
 
 from ..boot.placement import Placement
+from . import client
 
 if TYPE_CHECKING:
     import zmq
@@ -98,6 +104,12 @@ class Given:
     log: logging.Logger
     ssh: SshCommand = (["ssh"], [])
     link_timeout: float = 15.0
+    # The host client, for a worker that may have no klbr (`places_client`): a package's files by
+    # their path below the directory that goes on its path (see `client`); none: nothing placed.
+    client: Mapping[str, str] = field(default_factory=dict)
+    # The host channel's TCP endpoint and CurveZMQ public key, for a worker only TCP may reach
+    # (`HostService.tcp`; raises OSError or zmq.ZMQError); none: no TCP channel.
+    host_tcp: Callable[[], tuple[str, str]] | None = None
 
 
 class Target(ABC):
@@ -125,6 +137,12 @@ class Target(ABC):
         self.given = given
         self.confirmed = False  # an end with no exit status: whether its kill was confirmed
         self.lost_how = ""  # an end with no exit status: how it came
+        self.client_dir = ""  # where its host client was placed (`places_client`), until `close`
+
+    @property
+    def places_client(self) -> bool:
+        """Whether its worker's interpreter may have no klbr (see `client`); none does here."""
+        return False
 
     @classmethod
     async def check(cls, placement: Placement, ssh: SshCommand) -> None:
@@ -137,8 +155,22 @@ class Target(ABC):
 
     def environment(self, host: dict[str, str]) -> dict[str, str]:
         """What its worker is started with: `environ`, and the host channel's credentials `host`
-        when they reach it (never in argv: they, and its key, are secrets)."""
-        return {**self.environ(), **host} if self.host_channel == "environ" else self.environ()
+        when they reach it (never in argv: they, and its key, are secrets), with the client
+        placed on its path where it `places_client`; else why there is no channel."""
+        if self.host_channel != "environ":  # what its client says, if it has one
+            return {**self.environ(), "KLBR_HOST_UNAVAILABLE": f"{self.placement.spec} offers no host channel"}
+        env = {**self.environ(), **host}
+        if self.places_client and self.given.client:
+            self.client_dir = client.place(os.path.join(self.given.runtime_dir, f"client{self.given.number}"),
+                                           self.given.client)
+            env = client.on_path(env, self.client_dir)
+        return env
+
+    def remove_client(self) -> None:
+        """Its generation has ended (`close`): the client placed for it goes."""
+        if self.client_dir:
+            client.remove(self.client_dir)
+            self.client_dir = ""
 
     def arguments(self, session_id: str, klbr_options: tuple[str, ...], options: tuple[str, ...]) -> list[str]:
         """Its worker's words after its own command line: the proxy's session id and klbr's own

@@ -66,6 +66,11 @@ class ManagedTarget(Target):
         self._km: WorkerManager | None = None
         self._process: WorkerProcess | None = None
 
+    @property
+    def places_client(self) -> bool:
+        """Every worker but klbr's own: a `python:` venv, a kernelspec, of any interpreter, may have no klbr."""
+        return not self.arms_itself
+
     def own_spec(self) -> KernelSpec | None:
         """The kernelspec this kind builds itself for `kernel_name` (None: an installed one)."""
         return None
@@ -136,4 +141,5 @@ class ManagedTarget(Target):
     def close(self) -> None:
         if self._process is not None:
             self._process.close()  # whatever the worker started goes with it
+        self.remove_client()
 

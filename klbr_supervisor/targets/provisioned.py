@@ -26,6 +26,8 @@ import subprocess
 import sys
 from typing import TYPE_CHECKING, Any, Unpack
 
+import zmq
+
 from ..boot.placement import Placement
 from ..exits import describe_exit
 from .base import GenerationArgs, LaunchError, OnExit, SshCommand, Target
@@ -33,6 +35,7 @@ from .kernelspec import KernelspecTarget
 from .pipes import LinePipe
 from .process import WorkerProcess
 
+FORWARDED = "KERNEL_"  # the prefix of what gateway_provisioners forward to a kernel's environment
 if TYPE_CHECKING:
     from .provisioner_host import Start
 
@@ -44,8 +47,7 @@ LET_GO = 3.0
 
 class ProvisionedTarget(Target):
     remote = True  # its kernel may run where only its sockets reach
-    # Its host channel's credentials go to the provisioner in the environment: they reach a kernel
-    # it runs on this machine (an ipc path), no other.
+    host_channel = "tcp"  # so may its host calls: see `environment`
 
     def __init__(self, placement: Placement, *, worker_kernel: str = "", **kwargs: Unpack[GenerationArgs]):
         super().__init__(placement, **kwargs)
@@ -71,6 +73,22 @@ class ProvisionedTarget(Target):
     @property
     def pid(self) -> int | None:
         return self._pid
+
+    def environment(self, host: dict[str, str]) -> dict[str, str]:
+        """Its host channel on TCP with CurveZMQ, where a kernel its provisioner runs elsewhere may
+        reach it: the credentials and the server's key named KERNEL_*, which gateway_provisioners
+        forward to the kernel (the client reads either name); nothing secret in any argv."""
+        env = self.environ()
+        try:
+            if self.given.host_tcp is None:
+                msg = "no TCP host channel was offered"
+                raise OSError(msg)
+            endpoint, server_key = self.given.host_tcp()
+        except (OSError, zmq.ZMQError) as e:
+            why = f"{self.placement.spec} has no host channel: it could not listen on TCP ({e})"
+            return {**env, f"{FORWARDED}KLBR_HOST_UNAVAILABLE": why}
+        channel = {**host, "KLBR_HOST_ENDPOINT": endpoint, "KLBR_HOST_SERVERKEY": server_key}
+        return {**env, **{f"{FORWARDED}{name}": value for name, value in channel.items()}}
 
     async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict[str, Any]:
         self._on_exit = on_exit

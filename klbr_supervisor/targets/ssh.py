@@ -4,7 +4,8 @@ One `ssh` process per generation carries everything, run with the kernel's own e
 user's ``~/.ssh/config`` (aliases, IdentityFile, ProxyJump, agents, certificates) applies as it is;
 `Supervisor.ssh_command` and `Supervisor.ssh_options` add to it. The worker's five channels are
 Unix sockets forwarded from the kernel's 0700 runtime directory to a 0700 directory on the remote
-(``-L``, ``StreamLocalBindMask=0177``), ``BatchMode`` (never a prompt), ``ExitOnForwardFailure``,
+(``-L``, ``StreamLocalBindMask=0177``), and the host channel one more, forwarded back (``-R``: the
+remote kernel's host calls reach the supervisor's socket here; the agent places the client), ``BatchMode`` (never a prompt), ``ExitOnForwardFailure``,
 and keepalives derived from `Supervisor.link_timeout`. It never multiplexes over a ControlMaster:
 its exit is this generation's.
 
@@ -77,7 +78,7 @@ async def problem(placement: Placement, ssh_command: list[str], ssh_options: lis
 class SshTarget(Target):
     starts_early = True  # its ssh, when the kernel's command line names the placement
     remote = True
-    host_channel = None  # no socket of this machine is forwarded for it
+    host_channel = "forwarded"  # one more socket on its ssh, back to this machine's (`ssh_launch`)
     takes_klbr_options = True  # klbr's own bootstrap starts ipykernel there
     checked_by_launch = True  # its agent looks for ipykernel first
 
@@ -113,6 +114,11 @@ class SshTarget(Target):
     def pid(self) -> int | None:
         return None  # no process of this machine: the kernel is the remote's
 
+    def environment(self, host: dict[str, str]) -> dict[str, str]:
+        """The host channel's credentials only: the agent adds them to the remote's own environment,
+        with the endpoint it reaches there and the client placed (nothing of this machine's goes)."""
+        return dict(host)
+
     async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict[str, Any]:
         self._on_exit = on_exit
         if self._early is not None:
@@ -120,6 +126,7 @@ class SshTarget(Target):
             self._launch, process = early.launch, early.process
         else:
             self._launch.args = list(extra_arguments)
+            self._launch.host, self._launch.client = dict(env), dict(self.given.client)
             try:
                 process = self._launch.spawn()
             except OSError as e:
