@@ -24,7 +24,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import (
+from utils import (
     collect,
     execute,
     process_gone,
