@@ -7,9 +7,10 @@ from __future__ import annotations
 from traitlets import Bool, Float, Int, List, Unicode
 from traitlets.config import LoggingConfigurable
 
+from .boot.placement import Placement
 from .boot.prelaunch import history_args
 from .boot.ssh_launch import LINK_TIMEOUT, split
-from .targets import kind_for
+from .targets.factory import kind_for
 
 
 class SupervisorSettings(LoggingConfigurable):
@@ -67,6 +68,10 @@ class SupervisorSettings(LoggingConfigurable):
         2, config=True,
         help="Refuse code whose worker died under it this many times in a row (0 = never refuse).",
     )
+
+    # The placement generations run on now: `placement` parsed, then wherever `relocate` moved the
+    # session (set by the `Supervisor`).
+    where: Placement
 
     @property
     def standby_on(self) -> bool:
