@@ -28,7 +28,7 @@ from pathlib import Path
 import zmq
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
-from conftest import start_kernel, status_table, until
+from utils import start_kernel, status_table, until
 
 MARKER = "klbr-soak: sleeping"
 CODE = {

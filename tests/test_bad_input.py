@@ -6,7 +6,7 @@ import json
 
 from jupyter_client.session import Session
 
-from conftest import execute, raw_socket, receive, results
+from utils import execute, raw_socket, receive, results
 
 
 def test_bad_signature_and_malformed_frames_are_dropped(kernel):

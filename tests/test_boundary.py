@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import collect, execute, start_kernel
+from utils import collect, execute, start_kernel
 
 PLANTED = """
 import klbr_kernel.answers as answers

@@ -16,7 +16,7 @@ import nbformat
 import pytest
 from playwright.sync_api import expect, sync_playwright
 
-from conftest import until
+from utils import until
 
 pytestmark = pytest.mark.browser
 

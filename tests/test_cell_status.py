@@ -7,8 +7,8 @@ import os
 import signal
 import sqlite3
 
-from conftest import collect, execute, start_kernel, wait_for_stream, worker_pid
 from klbr_kernel.outcomes import ERRORS
+from utils import collect, execute, start_kernel, wait_for_stream, worker_pid
 
 
 def _status(db, reply: dict) -> str:

@@ -8,7 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from conftest import execute, start_kernel
+from utils import execute, start_kernel
 
 
 def _cli(*args: str, env: dict) -> subprocess.CompletedProcess:

@@ -14,9 +14,9 @@ import uuid
 import nbformat
 from jupyter_client.session import Session
 
-from conftest import drain, execute, start_kernel
 from klbr_supervisor.store.queries import connect, export_notebook
 from klbr_supervisor.store.schema import MIGRATIONS, migrate
+from utils import drain, execute, start_kernel
 
 HALTING = ("import os, time\nfor i in range({n}):\n    if i == {n} // 2:\n        while not os.path.exists({go!r}):\n"
            "            time.sleep(0.01)\n    print(f'line {{i}}', flush=True)")

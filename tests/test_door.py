@@ -10,8 +10,8 @@ import time
 
 import pytest
 
-from conftest import collect, execute, misbehaving, raw_socket, receive, results, send_raw, start_kernel, status_row
 from klbr_kernel.delivery import NO_REPLY_GRACE
+from utils import collect, execute, misbehaving, raw_socket, receive, results, send_raw, start_kernel, status_row
 
 
 def _still_serving(kc) -> None:

@@ -16,7 +16,7 @@ import zmq
 from jupyter_client.blocking import BlockingKernelClient
 from zmq.utils.monitor import recv_monitor_message
 
-from conftest import collect, execute, start_kernel, stream_text
+from utils import collect, execute, start_kernel, stream_text
 
 pytestmark = pytest.mark.skipif(not zmq.has("curve"), reason="this pyzmq has no CURVE")
 

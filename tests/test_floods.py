@@ -17,7 +17,7 @@ from pathlib import Path
 import zmq
 from jupyter_client.session import Session
 
-from conftest import execute, raw_socket, start_kernel
+from utils import execute, raw_socket, start_kernel
 
 
 def _peak_rss_mib(pid: int) -> float:

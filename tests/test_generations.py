@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from conftest import (
+from utils import (
     collect,
     execute,
     misbehaving,

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import zmq
 
-from conftest import collect, execute, process_gone, results, start_kernel, stream_text, until, worker_pid
 from klbr_supervisor.host.record import LARGE, AnswerRecord
+from utils import collect, execute, process_gone, results, start_kernel, stream_text, until, worker_pid
 
 ROOT = Path(__file__).parent.parent
 

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from jupyter_client.session import Session
 
-from conftest import execute, raw_socket, receive, results, start_kernel, stream_text, thorough, until
+from utils import execute, raw_socket, receive, results, start_kernel, stream_text, thorough, until
 
 DELIM = b"<IDS|MSG>"
 MiB = 1 << 20

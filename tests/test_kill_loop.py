@@ -38,10 +38,10 @@ from queue import Empty
 
 import zmq
 
-from conftest import start_kernel
 from klbr_kernel.cell_log import OUTPUT_TYPES
 from klbr_kernel.outcomes import ERRORS
 from klbr_supervisor.store.recovery import UNKNOWN_WHY
+from utils import start_kernel
 
 REPETITIONS = int(os.environ.get("KLBR_KILL_LOOP") or 5)
 SEED = int(os.environ.get("KLBR_KILL_LOOP_SEED") or random.SystemRandom().randrange(2**32))

@@ -13,7 +13,7 @@ import pytest
 from jupyter_client.kernelspec import NoSuchKernel
 from jupyter_client.manager import KernelManager
 
-from conftest import execute, process_gone, results, start_kernel, worker_pid
+from utils import execute, process_gone, results, start_kernel, worker_pid
 
 DEATH_SIGNAL = "import ctypes\nsig = ctypes.c_int()\nctypes.CDLL(None).prctl(2, ctypes.byref(sig))\nsig.value"
 NO_PREEXEC = """

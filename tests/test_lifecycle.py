@@ -11,7 +11,7 @@ import time
 from jupyter_client.manager import KernelManager
 from jupyter_client.session import Session
 
-from conftest import (
+from utils import (
     collect,
     drain,
     execute,

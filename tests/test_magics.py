@@ -2,8 +2,8 @@
 
 import pytest
 
-from conftest import execute, results
 from klbr_kernel.magics import Magic, MagicError, cell_timeout, line_magics
+from utils import execute, results
 
 
 def test_only_cells_made_of_klbr_lines_are_the_proxys():

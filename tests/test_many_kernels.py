@@ -5,7 +5,7 @@ the lock (a locked file makes a cell wait, never fail)."""
 
 from __future__ import annotations
 
-from conftest import benchmark
+from utils import benchmark
 
 
 def test_six_kernels_on_one_file_lose_no_cell_while_another_process_takes_its_write_lock(tmp_path):

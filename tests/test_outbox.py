@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from conftest import collect, execute, raw_socket, start_kernel, stream_text
+from utils import collect, execute, raw_socket, start_kernel, stream_text
 
 WRITES = 4096  # of 64 KiB: 256 MiB, four times what the outbox keeps for a slow frontend
 

@@ -19,7 +19,10 @@ from pathlib import Path
 import pytest
 from jupyter_client.session import Session
 
-from conftest import (
+from klbr_supervisor.boot.placement import PlacementError, parse
+from klbr_supervisor.resign import BadSignature, Resigner
+from klbr_supervisor.targets import kind_for
+from utils import (
     collect,
     execute,
     process_gone,
@@ -33,9 +36,6 @@ from conftest import (
     wait_for_stream,
     worker_pid,
 )
-from klbr_supervisor.boot.placement import PlacementError, parse
-from klbr_supervisor.resign import BadSignature, Resigner
-from klbr_supervisor.targets import kind_for
 
 ROOT = Path(__file__).parent.parent
 OTHER = ROOT / ".venv-ipykernel" / "bin" / "python"

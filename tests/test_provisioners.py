@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from conftest import (
+from utils import (
     collect,
     execute,
     process_gone,

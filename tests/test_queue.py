@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import time
 
-from conftest import execute
 from klbr_kernel.queue import ShellQueue
 from klbr_kernel.requests import Request
 from klbr_supervisor.wire import Wire
+from utils import execute
 
 
 def _req(msg_type: str, n: int, **content) -> Request:

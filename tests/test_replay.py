@@ -9,7 +9,7 @@ import time
 
 from jupyter_client.session import Session
 
-from conftest import collect, execute, raw_socket, receive, results, start_kernel, stream_text
+from utils import collect, execute, raw_socket, receive, results, start_kernel, stream_text
 
 PRINTING = "import time\nfor i in range({n}):\n    print(f'line {{i}}', flush=True)\n    time.sleep({pause})"
 # Prints half its lines, waits for the file `go`, prints the rest: it runs for as long as a test needs.

@@ -18,9 +18,9 @@ import time
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 
-from conftest import collect, start_kernel, until, worker_pid
 from klbr_kernel.requests import TRANSITIONS, WITH_WORKER, IllegalMove, Phase, Request
 from klbr_supervisor.wire import Wire
+from utils import collect, start_kernel, until, worker_pid
 
 
 def _req(msg_type: str = "execute_request") -> Request:

@@ -9,9 +9,9 @@ import sqlite3
 import pytest
 from jupyter_client.session import Session
 
-from conftest import execute, raw_socket, receive, start_kernel
 from klbr_supervisor.store import queries
 from klbr_supervisor.store.schema import MIGRATIONS, VERSION, migrate
+from utils import execute, raw_socket, receive, start_kernel
 
 
 def _client(km):

@@ -10,8 +10,8 @@ import sqlite3
 import pytest
 from playwright.sync_api import expect
 
-from conftest import until
 from lab import Lab, cell, chromium, idle, notebook, open_notebook, output_text, prompt, run_cell, save, screenshot
+from utils import until
 
 pytestmark = pytest.mark.browser
 

@@ -8,7 +8,7 @@ import os
 import stat
 from pathlib import Path
 
-from conftest import execute, results, start_kernel, worker_pid
+from utils import execute, results, start_kernel, worker_pid
 
 
 def _mode(path: Path) -> int:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from conftest import (
+from utils import (
     collect,
     drain,
     execute,

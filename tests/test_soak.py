@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import benchmark, thorough
+from utils import benchmark, thorough
 
 
 def _soak_holds(tmp_path: Path, cells: int, losses: int, interrupts: int) -> None:

@@ -20,7 +20,10 @@ from pathlib import Path
 import pytest
 from traitlets.config import Application
 
-from conftest import (
+from klbr_supervisor.boot import prelaunch
+from klbr_supervisor.settings import SupervisorSettings
+from sshd import SSHD, Sshd, signal_quietly
+from utils import (
     collect,
     execute,
     process_gone,
@@ -33,9 +36,6 @@ from conftest import (
     wait_for_stream,
     worker_pid,
 )
-from klbr_supervisor.boot import prelaunch
-from klbr_supervisor.settings import SupervisorSettings
-from sshd import SSHD, Sshd, signal_quietly
 
 ROOT = Path(__file__).parent.parent
 REMOTE_PYTHON = ROOT / ".venv-ipykernel" / "bin" / "python"

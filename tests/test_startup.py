@@ -11,7 +11,7 @@ import sys
 import zmq
 from jupyter_client.session import Session
 
-from conftest import execute, start_kernel, stream_text
+from utils import execute, start_kernel, stream_text
 
 
 def test_a_signature_scheme_that_is_not_hmac_refuses_to_start(tmp_path):

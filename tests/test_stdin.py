@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import collect, execute, misbehaving, raw_socket, receive, results, start_kernel, until
+from utils import collect, execute, misbehaving, raw_socket, receive, results, start_kernel, until
 
 
 def test_input_and_getpass_round_trip(kernel):

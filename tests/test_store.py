@@ -18,9 +18,9 @@ import nbformat
 import pytest
 from jupyter_client.session import Session
 
-from conftest import collect, execute, raw_socket, receive, results, start_kernel, stream_text
 from klbr_supervisor.store.queries import connect, export_notebook, write_notebook
 from klbr_supervisor.store.schema import migrate
+from utils import collect, execute, raw_socket, receive, results, start_kernel, stream_text
 
 
 def _db(path) -> sqlite3.Connection:

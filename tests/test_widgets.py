@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from conftest import collect, execute
+from utils import collect, execute
 
 
 def _comm_open(outputs):

@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from conftest import execute, start_kernel
+from utils import execute, start_kernel
 
 
 def _text(outputs: list[dict]) -> str:

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import execute, results, start_kernel, value
 from klbr_kernel.app import KlbrKernelApp
 from klbr_supervisor.boot import prelaunch
+from utils import execute, results, start_kernel, value
 
 ROOT = Path(__file__).parent.parent
 OTHER = ROOT / ".venv-ipykernel" / "bin" / "python"
