@@ -26,6 +26,7 @@ from pathlib import Path
 import pytest
 import zmq
 
+from klbr_kernel.host import PROTOCOL, sign
 from utils import (
     collect,
     execute,
@@ -39,7 +40,6 @@ from utils import (
     wait_for_stream,
     worker_pid,
 )
-from klbr_kernel.host import PROTOCOL, sign
 
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
