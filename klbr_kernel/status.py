@@ -6,6 +6,7 @@ or at once for a replay, and `MagicCells.run` answers it.
 
 from __future__ import annotations
 
+from klbr_supervisor.memory import size_text
 from klbr_supervisor.supervisor import Supervisor
 
 from . import encryption
@@ -32,6 +33,15 @@ def _identity(identity: dict | None) -> str:
         return "-"
     return (f"{identity.get('hostname')}, {identity.get('platform')} {identity.get('arch')}, python "
             f"{identity.get('version')} at {identity.get('interpreter')}, cwd {identity.get('cwd')}")
+
+
+def _memory(memory: dict | None, configured: int | None) -> str:
+    """The worker's memory now and at its peak, and its limit."""
+    if memory is None:
+        return "-" if not configured else f"not sampled; limit {size_text(configured)} (not on this placement)"
+    limit = (f"limit {size_text(memory['limit'])}" if memory["limit"]
+             else "no limit" if not configured else f"limit {size_text(configured)} not applied on this placement")
+    return f"{size_text(memory['rss'])} now, {size_text(memory['peak'])} peak, {limit}"
 
 
 def _worker(identity: dict, language: str | None) -> str:
@@ -81,6 +91,7 @@ def status_rows(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | 
         ("restarts", f"{st['restarts']} of {st['restart_limit']} in the last {st['restart_window']:g} s"),
         ("cell timeout", f"{timeout:g} s" if timeout else "none"),
         ("interrupt grace", f"{st['interrupt_grace']:g} s"),
+        ("memory", _memory(st["memory"], st["memory_limit"])),
         ("cell log", cell_log.state_text()),
         ("dropped", frontend.drops.status() if frontend is not None else "-"),
     ]

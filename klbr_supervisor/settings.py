@@ -4,11 +4,12 @@ subclasses, so `Supervisor.cell_timeout` sets the trait declared here."""
 
 from __future__ import annotations
 
-from traitlets import Bool, Float, Int, List, Unicode
+from traitlets import Bool, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 
 from .boot.prelaunch import history_args
 from .boot.ssh_launch import LINK_TIMEOUT, split
+from .memory import parse_size
 from .targets import kind_for
 
 
@@ -63,10 +64,29 @@ class SupervisorSettings(LoggingConfigurable):
         Unicode(), config=True,
         help="Arguments added to every ssh:// connection, before the destination (e.g. -F CONFIG, -i KEY).",
     )
+    memory_limit = Unicode(
+        "", config=True,
+        help="The most memory each generation's worker may allocate (bytes, or 512M, 8G; empty = no "
+             "limit), on local and python: placements: set as the worker's RLIMIT_DATA before ipykernel "
+             "starts, so an allocation past it raises MemoryError in the cell and the namespace survives.",
+    )
     poison_after = Int(
         2, config=True,
         help="Refuse code whose worker died under it this many times in a row (0 = never refuse).",
     )
+
+    @validate("memory_limit")
+    def _valid_memory_limit(self, proposal) -> str:
+        try:
+            parse_size(proposal["value"] or 0)
+        except ValueError as e:
+            raise TraitError(f"Supervisor.memory_limit: {e}") from None
+        return proposal["value"]
+
+    @property
+    def memory_limit_bytes(self) -> int | None:
+        """`memory_limit` in bytes; None for no limit."""
+        return parse_size(self.memory_limit or 0) or None
 
     @property
     def standby_on(self) -> bool:

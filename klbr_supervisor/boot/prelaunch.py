@@ -152,7 +152,8 @@ class Prelaunched(Early):
     def matches(self, settings, session_id: str) -> bool:
         """The default worker, with the session id the proxy speaks as and the options it read for
         workers."""
-        return (not (settings.worker_kernel or settings.where.kind != "local" or settings.ipython_history)
+        return (not (settings.worker_kernel or settings.where.kind != "local" or settings.ipython_history
+                     or settings.memory_limit)  # a limit is set before ipykernel starts
                 and self.session_id == session_id
                 and self.args == [f"--Session.session={session_id}", *settings.worker_args, *settings.worker_options])
 
