@@ -6,7 +6,7 @@ or at once for a replay, and `MagicCells.run` answers it.
 
 from __future__ import annotations
 
-from klbr_supervisor.memory import size_text
+from klbr_supervisor.memory import MemoryStatus, size_text
 from klbr_supervisor.supervisor import Supervisor
 
 from . import encryption
@@ -35,7 +35,7 @@ def _identity(identity: dict | None) -> str:
             f"{identity.get('version')} at {identity.get('interpreter')}, cwd {identity.get('cwd')}")
 
 
-def _memory(memory: dict | None, configured: int | None) -> str:
+def _memory(memory: MemoryStatus | None, configured: int | None) -> str:
     """The worker's memory now and at its peak, and its limit."""
     if memory is None:
         return "-" if not configured else f"not sampled; limit {size_text(configured)} (not on this placement)"

@@ -312,9 +312,9 @@ class Generation:
             self._drain_task = self._loop.create_task(self.target.release())
             return
         asked = self._closing is not None and self._closing.reason is not None
-        self._close(None, describe_exit(returncode))
         memory = self.memory.verdict(returncode, asked=asked) if self.memory is not None else None
-        if memory is not None:
+        self._close(None, describe_exit(returncode))
+        if memory is not None and self._closing is not None:
             self._closing.memory = memory
         # Held: the loop keeps only weak references to tasks.
         self._drain_task = self._loop.create_task(self._drain_then_finish(returncode))

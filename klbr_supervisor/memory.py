@@ -18,6 +18,7 @@ import os
 import re
 import signal
 from dataclasses import dataclass
+from typing import TypedDict
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 INTERVAL = 1.0  # seconds between samples
@@ -39,7 +40,8 @@ def parse_size(text: str | int) -> int:
         return max(text, 0)
     match = _SIZE.fullmatch(text)
     if match is None:
-        raise ValueError(f"{text!r} is not a size: bytes, or a number with K, M, G or T (e.g. 512M, 8G)")
+        why = f"{text!r} is not a size: bytes, or a number with K, M, G or T (e.g. 512M, 8G)"
+        raise ValueError(why)
     return int(float(match.group(1)) * _UNITS[match.group(2).upper()])
 
 
@@ -63,13 +65,15 @@ def _read(path: str) -> bytes | None:
         os.close(fd)
 
 
-def rss(pid: int) -> int:
-    """One process's resident set in bytes (0 once it is gone)."""
+def usage(pid: int) -> tuple[int, int]:
+    """One process's resident set and its data (its private writable memory and stack: what
+    RLIMIT_DATA counts, resident or not), bytes; (0, 0) once it is gone."""
     data = _read(f"/proc/{pid}/statm")
     try:
-        return int(data.split()[1]) * PAGE if data else 0
+        fields = data.split() if data else []
+        return int(fields[1]) * PAGE, int(fields[5]) * PAGE
     except (IndexError, ValueError):
-        return 0
+        return 0, 0
 
 
 def available() -> int | None:
@@ -163,10 +167,21 @@ def oom_kills(events: str | None) -> int | None:
     return None
 
 
+class MemoryStatus(TypedDict):
+    """`%klbr status` and `host.inspect()`: a worker's memory, bytes."""
+    rss: int  # its process tree's resident set at the last sample
+    peak: int  # the largest sample since it started
+    limit: int | None  # `Supervisor.memory_limit` as its worker applied it; None: none
+
+
 @dataclass(frozen=True)
 class Sample:
     rss: int  # the tree's resident set, bytes
-    could_have: int | None  # its limit, else MemAvailable plus its own resident set
+    # What it could have and how much of it it used: under a limit (which counts each process's
+    # data, resident or not), the limit and its largest process's data; else the machine's
+    # MemAvailable plus the tree's resident set, and that resident set.
+    used: int
+    could_have: int | None
 
 
 def verdict(returncode: int | None, *, asked: bool, last: Sample | None, limit: int | None,
@@ -174,14 +189,14 @@ def verdict(returncode: int | None, *, asked: bool, last: Sample | None, limit: 
     """What the end of a worker nobody asked to end says about memory, in words added to how it
     ended; None when it says nothing. A SIGKILL is called out of memory only with a sign: the
     cgroup's own count of OOM kills, or a last sample close to what the worker could have."""
-    if asked or returncode is None or returncode >= 0 and not limit:
+    if asked or returncode is None or (returncode >= 0 and not limit):
         return None
     if returncode == -signal.SIGKILL:
         if oom_killed:
             return "out of memory (the system killed it)"
-        if last is not None and last.could_have and last.rss >= NEAR * last.could_have:
+        if last is not None and last.could_have and last.used >= NEAR * last.could_have:
             where = " (Supervisor.memory_limit)" if limit else ""
-            return (f"most likely out of memory: it used {size_text(last.rss)}, with about "
+            return (f"most likely out of memory: it used {size_text(last.used)}, with about "
                     f"{size_text(last.could_have)} available{where}")
         return None
     if limit and (returncode > 0 or -returncode in _ALLOCATION_DEATHS):
@@ -216,14 +231,16 @@ class MemoryWatch:
             if found is not None:
                 self._pids = found
         self._samples += 1
-        now = sum(rss(p) for p in self._pids)
+        each = [usage(p) for p in self._pids]
+        now = sum(resident for resident, _ in each)
         if now == 0:  # gone: the last sample stands (its end is judged by it)
             return self.now
-        could_have = self.limit
-        if could_have is None:
+        if self.limit:
+            self.last = Sample(now, max(data for _, data in each), self.limit)
+        else:
             free = available()
-            could_have = free + now if free is not None else None
-        self.now, self.last = now, Sample(now, could_have)
+            self.last = Sample(now, now, free + now if free is not None else None)
+        self.now = now
         self.peak = max(self.peak, now)
         if self._cell_peak is not None:
             self._cell_peak = max(self._cell_peak, now)
@@ -251,7 +268,7 @@ class MemoryWatch:
         return verdict(returncode, asked=asked, last=self.last, limit=self.limit,
                        oom_killed=not asked and returncode == -signal.SIGKILL and self.oom_killed())
 
-    def status(self) -> dict:
+    def status(self) -> MemoryStatus:
         """`%klbr status` and `host.inspect()`: bytes now, the peak, the limit (None: none)."""
         return {"rss": self.now, "peak": self.peak, "limit": self.limit}
 
@@ -262,7 +279,7 @@ class MemoryWatch:
             self._timer = None
 
     def _tick(self) -> None:
-        now = self.sample()
+        self.sample()
         last = self.last
-        close = last is not None and last.could_have and now >= last.could_have / 2
+        close = last is not None and last.could_have and last.used >= last.could_have / 2
         self._timer = self._loop.call_later(CLOSE_INTERVAL if close else INTERVAL, self._tick)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from traitlets import Bool, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
+from traitlets.utils.bunch import Bunch
 
 from .boot.prelaunch import history_args
 from .boot.ssh_launch import LINK_TIMEOUT, split
@@ -76,12 +77,14 @@ class SupervisorSettings(LoggingConfigurable):
     )
 
     @validate("memory_limit")
-    def _valid_memory_limit(self, proposal) -> str:
+    def _valid_memory_limit(self, proposal: Bunch) -> str:
+        value: str = proposal["value"]
         try:
-            parse_size(proposal["value"] or 0)
+            parse_size(value or 0)
         except ValueError as e:
-            raise TraitError(f"Supervisor.memory_limit: {e}") from None
-        return proposal["value"]
+            why = f"Supervisor.memory_limit: {e}"
+            raise TraitError(why) from None
+        return value
 
     @property
     def memory_limit_bytes(self) -> int | None:

@@ -22,7 +22,7 @@ import time
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode, default
@@ -259,7 +259,8 @@ class Store(LoggingConfigurable):
         self._submit(insert)
 
     def cell_finished(self, cell: CellRecord, *, status: str, count: int | None, error: str | None,
-                      reply: dict | None, generation: int | None, done: Done, memory_peak: int | None = None) -> bool:
+                      reply: dict[str, Any] | None, generation: int | None, done: Done,
+                      memory_peak: int | None = None) -> bool:
         """Record the outcome, with every output before it. True: committed now. Else `done` runs once
         it is committed (or has failed), later on the loop."""
         reply_text = json.dumps(reply, default=str) if reply is not None else None
