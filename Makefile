@@ -97,7 +97,7 @@ lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
 
-test: bytecode labextension check-labextension browser-deps ssh-deps $(OTHER)/.ready
+test: lint bytecode labextension check-labextension browser-deps ssh-deps $(OTHER)/.ready
 	$(BIN)/python -m pytest -q -ra
 
 # nbclient's and papermill's own test suites with klbr as `python3` (PEERS=--plain: plain ipykernel,

@@ -96,7 +96,7 @@ def ssh_round(args, r: int, code: str, add) -> None:
 
 def pct(values: list[float], p: float) -> float:
     values = sorted(values)
-    return values[min(len(values) - 1, int(round(p / 100 * (len(values) - 1))))]
+    return values[min(len(values) - 1, round(p / 100 * (len(values) - 1)))]
 
 
 def main() -> None:
@@ -176,7 +176,7 @@ def run(args, sshd: Sshd) -> None:
     for measure, value in million_cell_listing(tempfile.mkdtemp(prefix="klbr-bench-db-")).items():
         add("klbr", measure, value)
     for label, name in KERNELS.items():
-        add(label, "8 kernels × 200 cells at once (s)", eight_at_once(name))
+        add(label, "8 kernels × 200 cells at once (s)", eight_at_once(name))  # noqa: RUF001 — the tables' multiplication sign, as docs/benchmarks.md shows them
 
     rows = []
     measures = list(results["klbr"])
@@ -193,8 +193,8 @@ def run(args, sshd: Sshd) -> None:
         return "n/a" if v is None else f"{v:.3f}" if v < 10 else f"{v:.1f}"
 
     for name, k, ip, aa in rows:
-        ratio = f"{k / ip:.2f}×" if k is not None and ip else "n/a"
-        noise = f"{aa / ip:.2f}×" if aa is not None and ip else "n/a"
+        ratio = f"{k / ip:.2f}×" if k is not None and ip else "n/a"  # noqa: RUF001 — the tables' multiplication sign, as docs/benchmarks.md shows them
+        noise = f"{aa / ip:.2f}×" if aa is not None and ip else "n/a"  # noqa: RUF001 — the tables' multiplication sign, as docs/benchmarks.md shows them
         lines.append(f"| {name} | {fmt(k)} | {fmt(ip)} | {ratio} | {noise} |")
     machine = f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
     when = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
@@ -207,7 +207,7 @@ def run(args, sshd: Sshd) -> None:
     for label in ("ipykernel", *EXPLAIN, "klbr"):
         p50, p99 = pct(results[label][cell], 50), pct(results[label][cell], 99)
         base50, base99 = pct(results["ipykernel"][cell], 50), pct(results["ipykernel"][cell], 99)
-        explain.append(f"| {label} | {fmt(p50)} | {fmt(p99)} | {p50 / base50:.2f}× | {p99 / base99:.2f}× "
+        explain.append(f"| {label} | {fmt(p50)} | {fmt(p99)} | {p50 / base50:.2f}× | {p99 / base99:.2f}× "  # noqa: RUF001 — the tables' multiplication sign, as docs/benchmarks.md shows them
                        f"| {fmt(statistics.median(results[label][cpu]))} |")
     explain_table = "\n".join(explain)
     print(f"\nklbr vs plain ipykernel — {when} — {machine}\n{args.rounds} rounds, medians (latency percentiles over all cells)\n")

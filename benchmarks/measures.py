@@ -5,12 +5,19 @@ from __future__ import annotations
 
 import json
 import os
+import sqlite3
 import statistics
+import threading
 import time
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 
+import nbformat
 from jupyter_client.manager import KernelManager
+from nbclient import NotebookClient
+
+from klbr_supervisor.store import queries
+from klbr_supervisor.store.schema import migrate
 
 # klbr with its cell log unavailable: the difference to "klbr" is what the store costs per cell.
 UNRECORDED = {"KLBR_DB": "/proc/klbr-benchmark-no-store/klbr.sqlite3"}
@@ -279,11 +286,6 @@ def store_cost(cells: int) -> dict[str, float]:
 
 def million_cell_listing(tmpdir: str) -> dict[str, float]:
     """A cell log of 1 000 000 cells in 1 000 sessions: how long the CLI's listings take."""
-    import sqlite3
-
-    from klbr_supervisor.store.queries import cells, connect, sessions
-    from klbr_supervisor.store.schema import migrate
-
     path = os.path.join(tmpdir, "million.sqlite3")
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
@@ -295,22 +297,19 @@ def million_cell_listing(tmpdir: str) -> dict[str, float]:
                      ((1 + i // 1000, f"m{i}", 1 + i % 1000, f"x = {i}") for i in range(1_000_000)))
     conn.execute("COMMIT")
     conn.close()
-    read = connect(path)
+    read = queries.connect(path)
     out = {}
     start = time.perf_counter()
-    sessions(read, 50)
+    queries.sessions(read, 50)
     out["list sessions, 1M-cell log (ms)"] = (time.perf_counter() - start) * 1000
     start = time.perf_counter()
-    rows = cells(read, 500)
+    rows = queries.cells(read, 500)
     assert len(rows) == 1000
     out["list a session's cells, 1M-cell log (ms)"] = (time.perf_counter() - start) * 1000
     return out
 
 
 def nbclient_100(name: str, tmpdir: str) -> float:
-    import nbformat
-    from nbclient import NotebookClient
-
     nb = nbformat.v4.new_notebook(cells=[nbformat.v4.new_code_cell(f"x{i} = {i}\nprint(x{i})") for i in range(100)])
     start = time.perf_counter()
     NotebookClient(nb, kernel_name=name, timeout=60, resources={"metadata": {"path": tmpdir}}).execute()
@@ -319,10 +318,8 @@ def nbclient_100(name: str, tmpdir: str) -> float:
 
 def eight_at_once(name: str) -> float:
     """Seconds for 8 kernels, started together, to each run 200 trivial cells (one shared cell log)."""
-    import threading
-
     def one() -> None:
-        with kernel(name) as (km, kc):
+        with kernel(name) as (_, kc):
             for i in range(200):
                 run_cell(kc, f"{i}")
 

@@ -99,7 +99,10 @@ class CellLog:
 
     def history(self, content: dict[str, Any], notebook: str | None) -> list[HistoryEntry]:
         """A history_request's answer, from the log (across generations and sessions)."""
-        return queries.history(self._store.reader(), content, self._store.session_id, notebook)
+        # Also asked while the log is unavailable: a None session matches no row, and the earlier
+        # sessions of the notebook are still read.
+        session_id = self._store.session_id
+        return queries.history(self._store.reader(), content, session_id, notebook)  # type: ignore[arg-type]  # queries takes only an int session
 
     def recorded_execute(self, req: Request) -> queries.Taken | None:
         """The execute this log took, in any session, under `req`'s client session and msg_id:
@@ -110,14 +113,16 @@ class CellLog:
 
     def recent_cells(self, n: int, notebook: str | None) -> list[sqlite3.Row]:
         """This notebook's last `n` cells, with their store ids and output counts (`%klbr history`)."""
-        reader = self._store.reader()
-        return queries.recent_cells(reader, queries.history_sessions(reader, self._store.session_id, notebook), n)
+        reader, session_id = self._store.reader(), self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return queries.recent_cells(reader, queries.history_sessions(reader, session_id, notebook), n)
 
     def replay_cell(self, notebook: str | None, *, cell_id: int | None = None,
                     count: int | None = None) -> sqlite3.Row | None:
         """The row of the cell `%klbr replay` shows, or None (see `queries.replay_cell`)."""
-        return queries.replay_cell(self._store.reader(), self._store.session_id, notebook, cell_id=cell_id,
-                                   count=count)
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return queries.replay_cell(self._store.reader(), session_id, notebook, cell_id=cell_id, count=count)
 
     def replay_outputs(self, cell_id: int, before_seq: int | None = None) -> list[dict[str, Any]]:
         """A cell's recorded outputs as a notebook shows them (nbformat's shape), those before `before_seq`."""

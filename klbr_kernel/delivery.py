@@ -12,9 +12,11 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+from collections.abc import Callable
 
 from jupyter_client.session import Session
 
+from klbr_supervisor.protocol import Frames
 from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.wire import Wire
 
@@ -74,7 +76,7 @@ class Delivery:
                                       counts=req.counts, timeout=req.timeout,
                                       cell_id=req.record.id if req.record is not None else None)
 
-    def _as_worker_execute(self, req: Request) -> list:
+    def _as_worker_execute(self, req: Request) -> Frames:
         """The execute as the worker gets it: stop_on_error off (the proxy applies it), and the
         body of a `%%klbr timeout=` cell without its first line.
 
@@ -157,7 +159,7 @@ class Delivery:
                 if req.msg_type == "execute_request" and req is self._queue.inflight:
                     self._supervisor.cells.started(req.msg_id)
             elif state == "idle" and req.awaits_idle:
-                self._hold(req, lambda: (self._replies.dropped_notice(req), frontend.publish(wire)))
+                self._hold(req, lambda: self._forward_idle(req, wire))
                 self._idle(req)
             return
         frontend.publish(wire)
@@ -179,6 +181,11 @@ class Delivery:
             self._current.open_comms.add(str(wire.content.get("comm_id", "")))
         elif msg_type == "comm_close":
             self._current.open_comms.discard(str(wire.content.get("comm_id", "")))
+
+    def _forward_idle(self, req: Request, wire: Wire) -> None:
+        """The worker's idle for `req`, told first how many of its outputs were dropped, if any."""
+        self._replies.dropped_notice(req)
+        self._frontend.publish(wire)
 
     def _idle(self, req: Request) -> None:
         """The worker's idle for `req` is in: finished, unless it is to reply and has not yet."""
@@ -234,13 +241,14 @@ class Delivery:
         req.held.append(lambda: self._replies.idle(req))
         self.finished(req)
 
-    def _hold(self, req: Request, send) -> None:
+    def _hold(self, req: Request, send: Callable[[], object]) -> None:
         if req.record is not None:
             req.held.append(send)
         else:
             send()
 
     def _commit(self, req: Request) -> None:
+        assert req.record is not None, "only a recorded cell's outcome is committed"
         req.commit.begin(req.record.output_bytes)
         if self._cell_log.finish(req, req.reply_content or {},
                                  self._boundary.guarded(req, lambda error: self._committed(req))):
@@ -257,6 +265,7 @@ class Delivery:
         every output adds to, also one past `Store.max_output_bytes` that is counted and not kept."""
         if req.commit.running or req.phase is not Phase.ANSWERED:
             return
+        assert req.record is not None, "only a recorded cell is settled"
         if req.commit.covers(req.record.output_bytes):
             self._answers.release(req)
         else:

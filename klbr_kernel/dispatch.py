@@ -9,6 +9,8 @@ any channel) is answered from the record and never run again (semantics 9).
 
 from __future__ import annotations
 
+from typing import Any
+
 from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.wire import Wire
 
@@ -67,7 +69,7 @@ class Dispatch:
             self._drops.drop(channel, refused.why, what)
             return
         self._drops.refuse(channel, refused.why, what)
-        identity = {k: wire.header[k] for k in ("msg_id", "msg_type", "session", "username", "version")
+        identity: dict[str, Any] = {k: wire.header[k] for k in ("msg_id", "msg_type", "session", "username", "version")
                     if k in wire.header}
         req = Request(channel, Wire(wire.prefix, wire.body, identity, wire.parent))
         content = None

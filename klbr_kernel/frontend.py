@@ -13,6 +13,7 @@ import asyncio
 import json
 import logging
 from collections.abc import Callable
+from typing import Any
 
 import zmq
 from jupyter_client.session import Session
@@ -32,7 +33,7 @@ log = logging.getLogger(__name__)
 class Frontend:
     def __init__(
         self,
-        info: dict,
+        info: dict[str, Any],
         session: Session,
         on_message: Callable[[str, Wire], None],
         max_message_size: int = early.MAX_MESSAGE_SIZE,
@@ -44,7 +45,7 @@ class Frontend:
         self.server_keys = encryption.keys(info)  # None: the frontend link is plaintext
         self.session = session
         self._on_message = on_message
-        self._context = zmq.Context.instance()
+        self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._channels: dict[str, Channel] = {}
         self._heartbeat: Heartbeat | None = None
         self.outbox: Outbox | None = None  # iopub's: waits for slow frontends, drops only outputs
@@ -91,7 +92,7 @@ class Frontend:
 
     # -- inbound -----------------------------------------------------------------------------------
 
-    def _received(self, channel: str, frames: list) -> None:
+    def _received(self, channel: str, frames: protocol.Frames) -> None:
         try:
             wire = self._verify(channel, frames)
         except (ValueError, TypeError) as e:  # bad frames, signature or header JSON
@@ -100,7 +101,7 @@ class Frontend:
         if wire is not None:
             self._on_message(channel, wire)
 
-    def _verify(self, channel: str, frames: list) -> Wire | None:
+    def _verify(self, channel: str, frames: protocol.Frames) -> Wire | None:
         """Check the signature and the replay history, as `Session.deserialize` does, and decode the
         headers; None for a replay that is dropped.
 
@@ -113,11 +114,14 @@ class Frontend:
         header, parent, _, _ = protocol.verify(body, self.session.sign if self.session.auth is not None else None)
         signature = protocol.as_bytes(body[0])
         try:
-            wire = Wire([protocol.as_bytes(frame) for frame in prefix], body, json.loads(header), json.loads(parent))
+            header_object, parent_object = json.loads(header), json.loads(parent)
         except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested past the parser's depth
-            raise MalformedMessage("header is not JSON") from None
-        if not isinstance(wire.header, dict) or not isinstance(wire.parent, dict):
-            raise MalformedMessage("header is not an object")
+            msg = "header is not JSON"
+            raise MalformedMessage(msg) from None
+        if not isinstance(header_object, dict) or not isinstance(parent_object, dict):
+            msg = "header is not an object"
+            raise MalformedMessage(msg)
+        wire = Wire([protocol.as_bytes(frame) for frame in prefix], body, header_object, parent_object)
         if signature and signature in self._seen:
             if wire.msg_type != "execute_request":
                 self.drops.drop(channel, "a replay (its signature was taken already)", f"a {str(wire.msg_type)[:100]}")
@@ -131,7 +135,7 @@ class Frontend:
         if len(self._seen) > self.session.digest_history_size:
             del self._seen[next(iter(self._seen))]
 
-    def _subscription(self, frames: list) -> None:
+    def _subscription(self, frames: list[zmq.Frame]) -> None:
         """XPUB subscription events: count them, and greet each new subscriber (JEP 65 iopub_welcome)."""
         for frame in frames:
             if not self._subscriptions.event(frame.bytes):
@@ -143,28 +147,30 @@ class Frontend:
 
     # -- outbound ----------------------------------------------------------------------------------
 
-    def reply(self, channel: str, idents: list, msg_type: str, content: dict, parent: dict,
-              metadata: dict | None = None) -> bool:
+    def reply(self, channel: str, idents: list[zmq.Frame | bytes], msg_type: str, content: dict[str, Any],
+              parent: dict[str, Any], metadata: dict[str, Any] | None = None) -> bool:
         """Send the proxy's own reply to the frontend that asked; False when that frontend is gone."""
         msg = self.session.msg(msg_type, content, parent=parent, metadata=metadata)
-        return self._channels[channel].send(idents + self.session.serialize(msg), copy=True)
+        return self._channels[channel].send([*idents, *self.session.serialize(msg)], copy=True)
 
-    def send_iopub(self, msg_type: str, content: dict, parent: dict | None, topic: bytes | None = None,
+    def send_iopub(self, msg_type: str, content: dict[str, Any], parent: dict[str, Any] | None, topic: bytes | None = None,
                    keep: bool = False) -> None:
         """The proxy's own iopub message; `keep`: never dropped, even when it is an output."""
         msg = self.session.msg(msg_type, content, parent=parent or {})
         prefix = [topic] if topic else [f"kernel.klbr.{msg_type}".encode()]
+        assert self.outbox is not None, "sent only once `bind` has made the outbox"
         self.outbox.send(prefix + self.session.serialize(msg), msg_type, copy=True, keep=keep)
 
-    def status(self, state: str, parent: dict) -> None:
+    def status(self, state: str, parent: dict[str, Any]) -> None:
         self.send_iopub("status", {"execution_state": state}, parent)
 
-    def forward(self, channel: str, idents: list, frames: list) -> bool:
+    def forward(self, channel: str, idents: list[zmq.Frame | bytes], frames: protocol.Frames) -> bool:
         """Frames already signed with the frontend's key: sent as they are. False when dropped, or,
         on shell and stdin, when no frontend of that identity is connected (see `stdin`)."""
         return self._channels[channel].send(idents + frames)
 
     def publish(self, wire: Wire) -> None:
         """A worker's iopub message, untouched, through the `outbox`."""
+        assert self.outbox is not None, "sent only once `bind` has made the outbox"
         self.outbox.send(wire.prefix + wire.frames(), wire.msg_type)
 

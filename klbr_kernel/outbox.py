@@ -45,18 +45,22 @@ CATCH_UP = 1.0
 _RETRY = 0.05
 
 
-def _parent_id(frames: list) -> str:
+# What waits: frames, droppable size (0: never dropped), copy, when it began to wait.
+_Entry = tuple[protocol.Frames, int, bool, float]
+
+
+def _parent_id(frames: protocol.Frames) -> str:
     try:
-        return json.loads(protocol.as_bytes(protocol.split(frames)[1][2])).get("msg_id", "")
+        msg_id = json.loads(protocol.as_bytes(protocol.split(frames)[1][2])).get("msg_id", "")
     except (ValueError, AttributeError):  # no message, or a parent header that is no JSON object
         return ""
+    return msg_id if isinstance(msg_id, str) else ""  # a request's is a str (the door admits no other)
 
 
 class Outbox:
     def __init__(self, channel: Channel, max_bytes: int = MAX_BYTES):
         self._channel = channel
-        # frames, droppable size (0: never dropped), copy, when it began to wait
-        self._waiting: deque[tuple[list, int, bool, float]] = deque()
+        self._waiting: deque[_Entry] = deque()
         self._bytes = 0  # of the droppable ones waiting
         self._all_bytes = 0  # of everything waiting
         self.max_bytes = max_bytes
@@ -69,7 +73,7 @@ class Outbox:
     def waiting(self) -> int:
         return len(self._waiting)
 
-    def send(self, frames: list, msg_type: str, *, copy: bool = False, keep: bool = False) -> None:
+    def send(self, frames: protocol.Frames, msg_type: str, *, copy: bool = False, keep: bool = False) -> None:
         """Send now, or keep in order until the socket takes it; `keep`: never drop it."""
         size = sum(len(f) for f in frames)
         droppable = size if msg_type in DROPPABLE and not keep else 0
@@ -121,7 +125,7 @@ class Outbox:
         if self._waiting and self._timer is None and not self._channel.closed:
             self._timer = asyncio.get_running_loop().call_later(_RETRY, self.flush)
 
-    def _offer(self, frames: list, copy: bool, past: bool) -> bool:
+    def _offer(self, frames: protocol.Frames, copy: bool, past: bool) -> bool:
         """Offered to every subscriber; while one is stalled and `past` is allowed, sent to those
         with room only."""
         if self._channel.offer(frames, copy=copy):
@@ -141,7 +145,7 @@ class Outbox:
 
     def _make_room(self, size: int) -> None:
         """Drop the oldest waiting outputs until `size` more bytes fit (or none is left)."""
-        kept: deque = deque()
+        kept: deque[_Entry] = deque()
         while self._waiting and self._bytes + size > self.max_bytes:
             entry = self._waiting.popleft()
             if entry[1]:
@@ -153,7 +157,7 @@ class Outbox:
         kept.extend(self._waiting)
         self._waiting = kept
 
-    def _drop(self, frames: list) -> None:
+    def _drop(self, frames: protocol.Frames) -> None:
         parent = _parent_id(frames)
         count = self.dropped.get(parent, 0)
         if count == 0:

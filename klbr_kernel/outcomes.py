@@ -13,9 +13,11 @@ reply is `ok`, `aborted` or `error`, and `interrupted` only when klbr interrupte
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 from klbr_supervisor.policy import Refusal
 from klbr_supervisor.states import Ending, EndReason
+from klbr_supervisor.store import StoreError
 
 # ename -> (the cell's status in the store, the endings of its generation it reports)
 ERRORS: dict[str, tuple[str, frozenset[EndReason]]] = {
@@ -34,7 +36,7 @@ _ENAME_BY_REASON = {reason: ename for ename, (_, reasons) in ERRORS.items() for 
 _RED, _RESET = "\x1b[0;31m", "\x1b[0m"
 
 
-def cell_status(content: dict, *, own: str | None, interrupted: bool) -> str:
+def cell_status(content: dict[str, Any], *, own: str | None, interrupted: bool) -> str:
     """The store status of a cell that ended with the reply `content`.
 
     `own`: the status of an answer the proxy wrote itself (a `CellError`'s, or `ok`/`aborted`), which
@@ -66,7 +68,7 @@ class CellError:
     def traceback(self) -> list[str]:
         return [f"{_RED}{self.ename}{_RESET}: {self.evalue}"]
 
-    def content(self) -> dict:
+    def content(self) -> dict[str, Any]:
         return {"ename": self.ename, "evalue": self.evalue, "traceback": self.traceback}
 
 
@@ -137,7 +139,7 @@ def timeout_error(count: int | None, seconds: float | None, *, killed: bool, gen
     )
 
 
-def session_paused_error(error) -> CellError:
+def session_paused_error(error: StoreError) -> CellError:
     """`error` is the StoreError: it names the database path and what went wrong."""
     return _error(
         "SessionPaused",
@@ -165,6 +167,6 @@ def no_reply_error(msg_type: str, seconds: float) -> CellError:
     )
 
 
-def unrecorded_notice(error) -> str:
+def unrecorded_notice(error: StoreError) -> str:
     return (f"klbr: the cell log at {error.path} could not be opened ({error.cause}); "
             "this session runs unrecorded.\n")

@@ -6,6 +6,9 @@ or at once for a replay, and `MagicCells.run` answers it.
 
 from __future__ import annotations
 
+from typing import Any
+
+from klbr_supervisor.generation import Generation
 from klbr_supervisor.memory import MemoryStatus, size_text
 from klbr_supervisor.supervisor import Supervisor
 
@@ -28,7 +31,7 @@ def _duration(seconds: float | None) -> str:
     return f"{h}h{m:02d}m{s:02d}s" if h else (f"{m}m{s:02d}s" if m else f"{s}s")
 
 
-def _identity(identity: dict | None) -> str:
+def _identity(identity: dict[str, Any] | None) -> str:
     if not identity:
         return "-"
     return (f"{identity.get('hostname')}, {identity.get('platform')} {identity.get('arch')}, python "
@@ -44,7 +47,7 @@ def _memory(memory: MemoryStatus | None, configured: int | None) -> str:
     return f"{size_text(memory['rss'])} now, {size_text(memory['peak'])} peak, {limit}"
 
 
-def _worker(identity: dict, language: str | None) -> str:
+def _worker(identity: dict[str, Any], language: str | None) -> str:
     """A generation's worker in a few words, for the move messages: language and version, its
     interpreter, its pid (a remote one's own)."""
     what = " ".join(str(part) for part in (language or "kernel", identity.get("version")) if part)
@@ -98,13 +101,14 @@ def status_rows(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | 
     return [(k, str(v)) for k, v in rows]
 
 
-def _moved(what: str, old, new, supervisor: Supervisor) -> str:
+def _moved(what: str, old: Generation | None, new: Generation | None, supervisor: Supervisor) -> str:
     """What `%klbr placement SPEC` and `%klbr reconnect` print: from where to where, and how it went."""
     before = f"generation {old.number} ended" if old else "no generation was running"
     if new is None or new.ending is not None:
         how = f": {new.ending.how}" if new is not None and new.ending is not None else ""
         tail = f"\n{new.ending.stderr_tail}" if new is not None and new.ending and new.ending.stderr_tail else ""
-        raise MagicError(f"{before}; the new generation on {supervisor.where} did not start{how}{tail}")
+        msg = f"{before}; the new generation on {supervisor.where} did not start{how}{tail}"
+        raise MagicError(msg)
     language = new.kernel_info.get("language_info", {}).get("name")
     return (f"{what}: {before}; generation {new.number} runs on {supervisor.where} "
             f"({_worker(new.identity(), language)}) with a fresh namespace.\n")
@@ -137,7 +141,8 @@ async def magic_output(magic: Magic, supervisor: Supervisor, cell_log: CellLog,
     if magic.command == "reconnect":
         old = supervisor.current
         return _moved("Reconnected", old, await supervisor.reconnect(), supervisor)
-    raise MagicError(f"unknown %klbr command {magic.command!r}")
+    msg = f"unknown %klbr command {magic.command!r}"
+    raise MagicError(msg)
 
 
 class MagicCells:

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 
-import zmq
 from jupyter_client.session import Session
 
+from klbr_supervisor.protocol import Frames
 from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.wire import Wire
 
@@ -53,7 +53,7 @@ class StdinRelay:
         deadline = asyncio.get_running_loop().time() + INPUT_PATIENCE
         self._send(req, wire, deadline if asking else None)
 
-    def to_worker(self, frames: Sequence[bytes | zmq.Frame]) -> None:
+    def to_worker(self, frames: Frames) -> None:
         """An input_reply: to the worker that asked."""
         self.supervisor.cells.waiting_for_input(False)
         self.supervisor.send("stdin", frames)

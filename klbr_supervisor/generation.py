@@ -12,7 +12,8 @@ import asyncio
 import logging
 import signal
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import zmq
 from jupyter_client.session import Session
@@ -27,10 +28,11 @@ from .host.channel import Credentials
 from .identity import ask_identity, snapshot
 from .link import LinkWatch, endpoint
 from .memory import MemoryWatch
+from .protocol import Frames
 from .readiness import Readiness
 from .resign import Resigner, take_key
 from .states import ALIVE, TRANSITIONS, Ending, EndReason, GenerationState
-from .targets import LaunchError, Target
+from .targets.base import LaunchError, Target
 from .traffic import Traffic
 from .wire import Wire
 
@@ -47,8 +49,9 @@ class Generation:
     """A worker and everything that dies with it."""
 
     def __init__(self, number: int, *, target: Target, session: Session, worker_args: tuple[str, ...] = (),
-                 worker_options: tuple[str, ...] = (), zmq_context: zmq.Context, on_message: MessageHandler,
-                 on_end: EndHandler, log: logging.Logger, host: Credentials, link_timeout: float = 15.0,
+                 worker_options: tuple[str, ...] = (), zmq_context: zmq.Context[zmq.Socket[bytes]],
+                 on_message: MessageHandler, on_end: EndHandler, log: logging.Logger, host: Credentials,
+                 link_timeout: float = 15.0,
                  memory_limit: int | None = None):
         """`session` is the proxy's (its worker's, when the target shares the key); `worker_args`
         klbr's own options for an ipykernel it starts, `worker_options` the user's, for any worker;
@@ -67,10 +70,11 @@ class Generation:
         self._zmq = zmq_context
         self._on_end = on_end
         self.log = log
-        self._identity: dict | None = None
+        self._identity: dict[str, Any] | None = None
+        # Lambdas, not bound methods: `_traffic` and `_readiness` are made below, from the channels.
         self._channels = WorkerChannels(f"gen{number}", zmq_context, self._session,
-                                        lambda channel, frames: self._traffic.received(channel, frames),
-                                        lambda: self._readiness.check(), log)
+                                        lambda channel, frames: self._traffic.received(channel, frames),  # noqa: PLW0108 — late-bound
+                                        lambda: self._readiness.check(), log)  # noqa: PLW0108 — late-bound
         self._readiness = Readiness(f"generation {number}", self._session, self._channels, log)
         # A worker elsewhere gets a key of its own, and its traffic is re-signed (`resign`).
         resigner = None if target.shares_key else Resigner(target.session, session)
@@ -80,12 +84,12 @@ class Generation:
         self._ended: asyncio.Future[Ending] = self._loop.create_future()
         # Once it serves, its identity asked (of a worker elsewhere): `wait_started` reads it whole.
         self._served: asyncio.Future[None] = self._loop.create_future()
-        self._drain_task: asyncio.Task | None = None
+        self._drain_task: asyncio.Task[None] | None = None
         # A worker that does not share the frontend's key may run elsewhere: its link is watched
         # (heartbeat, and every message it sends), and silence for `link_timeout` ends it LINK_LOST.
         self._link_timeout = link_timeout
         self._link: LinkWatch | None = None
-        self._lost_task: asyncio.Task | None = None
+        self._lost_task: asyncio.Task[None] | None = None
         self.next_count = 1  # the execution count the worker will give its next counted cell
         self.memory_limit = memory_limit if target.limits_memory else None
         # Its worker's memory, sampled from the time it serves, when it runs on this machine.
@@ -96,7 +100,7 @@ class Generation:
 
     # -- lifecycle ---------------------------------------------------------------------------------
 
-    async def start(self, timeout: float, check=None) -> bool:
+    async def start(self, timeout: float, check: Coroutine[Any, Any, None] | None = None) -> bool:
         """Launch the worker and wait until it serves (see `readiness`): True; False when it ended
         first (START_FAILED says why). `check`, awaited first, may raise a `PlacementError`: its text."""
         if self.state is not GenerationState.NEW:  # stopped before its start began (a spare not wanted)
@@ -111,7 +115,7 @@ class Generation:
                     await check
                 except PlacementError as e:
                     return self._failed(f"could not be launched: {e}")
-            if self.state is not GenerationState.LAUNCHING:  # `stop` came while it was checked
+            if not self._still(GenerationState.LAUNCHING):  # `stop` came while it was checked
                 return self._failed("ended before its worker was launched")
             launched = True
             return await self._launch(timeout)
@@ -119,7 +123,7 @@ class Generation:
             # A bug here costs this generation: its caller stops it, and what never launched ends now.
             self._close(EndReason.START_FAILED, "its start failed")
             if not launched:
-                self._finish(self._closing.now("ended before its worker was launched"))
+                self._finish(self._closed.now("ended before its worker was launched"))
             raise
 
     async def _launch(self, timeout: float) -> bool:
@@ -140,7 +144,7 @@ class Generation:
             self.log.error("generation %d: %s %s", self.number, target.kernel_name, why)
             target.signal(signal.SIGKILL)
             return self._failed(why, target.tail())
-        if self.state is not GenerationState.LAUNCHING:
+        if not self._still(GenerationState.LAUNCHING):
             # Ended while its launch was under way (a shutdown during start; an exit as it reported):
             # `stop` waits for the exit, so make it happen.
             if not self._exited.done():
@@ -155,16 +159,17 @@ class Generation:
         ready = self._readiness.ready
         try:
             async with asyncio.timeout_at(deadline):
-                await asyncio.wait({ready, self._exited}, return_when=asyncio.FIRST_COMPLETED)
+                either: set[asyncio.Future[Any]] = {ready, self._exited}
+                await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         except TimeoutError:
             self.log.error("generation %d: not ready after %.0f s", self.number, timeout)
             await self.stop(EndReason.START_FAILED)
             return False
-        if self.state is not GenerationState.STARTING or not ready.done() or ready.cancelled():
+        if not self._still(GenerationState.STARTING) or not ready.done() or ready.cancelled():
             return False  # it died, or `stop` is ending it (a shutdown while it started)
         if target.asks_identity:
             self._identity = await ask_identity(self._readiness, self._session)
-            if self.state is not GenerationState.STARTING:
+            if not self._still(GenerationState.STARTING):
                 return False
         self._set_state(GenerationState.READY, "answered kernel_info")
         if not target.remote and self.pid is not None and not self._exited.done():
@@ -179,7 +184,7 @@ class Generation:
     def _failed(self, why: str, tail: str = "") -> bool:
         """It ends before it served, with no exit to wait for."""
         self._close(EndReason.START_FAILED, why)
-        self._finish(self._closing.now(why, tail))
+        self._finish(self._closed.now(why, tail))
         return False
 
     def sync_count(self, last_count: int, texts: dict[int, str]) -> None:
@@ -205,11 +210,12 @@ class Generation:
         never_started = self.state is GenerationState.NEW
         self.closing(reason)
         if never_started:
-            self._finish(self._closing.now("ended before its worker was launched"))
+            self._finish(self._closed.now("ended before its worker was launched"))
         elif not self._exited.done() and not self._ended.done():
             # (Before its launch, a signal does nothing: its start ends it, once it sees ENDING.)
             self.target.signal(signal.SIGTERM)
-            await asyncio.wait({self._exited, self._ended}, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
+            either: set[asyncio.Future[Any]] = {self._exited, self._ended}
+            await asyncio.wait(either, timeout=grace, return_when=asyncio.FIRST_COMPLETED)
             if not self._exited.done() and not self._ended.done():
                 self.target.signal(signal.SIGKILL)
         return await asyncio.shield(self._ended)
@@ -219,14 +225,15 @@ class Generation:
         if self.state in (GenerationState.STARTING, *ALIVE):
             await self.target.interrupt()
 
-    def send(self, channel: str, frames: list) -> bool:
+    def send(self, channel: str, frames: Frames) -> bool:
         if self.state in _OVER:
             return False
         return self._channels.send(channel, self._traffic.outgoing(frames))
 
     async def wait_started(self) -> bool:
         """Until it serves, its identity known (True), or has ended without serving (False)."""
-        await asyncio.wait({self._served, self._ended}, return_when=asyncio.FIRST_COMPLETED)
+        either: set[asyncio.Future[Any]] = {self._served, self._ended}
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
         return self.served and self.ending is None
 
     def mark_busy(self, busy: bool) -> None:
@@ -236,7 +243,7 @@ class Generation:
         elif not busy and self.state is GenerationState.BUSY:
             self._set_state(GenerationState.READY, "cell done")
 
-    def identity(self) -> dict:
+    def identity(self) -> dict[str, Any]:
         """What and where the worker runs (hostname, platform, arch, interpreter and its version,
         pid, cwd), taken once it serves: `host.inspect`, `%klbr status`, the generations table."""
         if self._identity is None and self.pid is not None and self.served:
@@ -261,7 +268,7 @@ class Generation:
         return self.target.pid
 
     @property
-    def kernel_info(self) -> dict:
+    def kernel_info(self) -> dict[str, Any]:
         """The worker's kernel_info reply (its language_info), once it has answered."""
         return self._readiness.kernel_info
 
@@ -286,11 +293,11 @@ class Generation:
         how = (f"no word from {self.placement} for {silent:.0f} s (Supervisor.link_timeout is "
                f"{self._link_timeout:g} s) and no exit reported")
         if self.state in _OVER:
-            self._closing.silence = how  # ending anyway (a restart, an exit): its words, if it comes to that
+            self._closed.silence = how  # ending anyway (a restart, an exit): its words, if it comes to that
             return
         self.log.error("generation %d (pid %s): %s", self.number, self.pid, how)
         self._close(EndReason.LINK_LOST, "link lost")
-        self._closing.silence = how
+        self._closed.silence = how
         self._lost_task = self._loop.create_task(self._end_lost_link())
 
     async def _end_lost_link(self) -> None:
@@ -298,7 +305,7 @@ class Generation:
         if self.target.remote:
             # What may still reach it ends it meanwhile (`close`: its provisioner, its agent's lease);
             # the answer to the cell does not wait for a link that is gone.
-            self._finish(Ending(EndReason.LINK_LOST, None, self._closing.silence, self.target.tail()))
+            self._finish(Ending(EndReason.LINK_LOST, None, self._closed.silence, self.target.tail()))
         else:
             self.target.signal(signal.SIGKILL)  # its exit then ends the generation, with the link's words
 
@@ -325,9 +332,19 @@ class Generation:
         target = self.target
         tail = target.tail()
         await target.release()
-        self._finish(self._closing.ending(
+        self._finish(self._closed.ending(
             returncode, served=self.served, confirmed=target.confirmed,
             lost_how=target.lost_how or f"{self.placement} ended with no exit reported", tail=tail))
+
+    @property
+    def _closed(self) -> Closing:
+        """Its `Closing`, from ENDING on: every way into ENDING (and so into ENDED) passes `_close`."""
+        assert self._closing is not None, "no Closing before ENDING"
+        return self._closing
+
+    def _still(self, state: GenerationState) -> bool:
+        """Whether it is in `state` still: asked after an await, during which `stop` may have ended it."""
+        return self.state is state
 
     def _close(self, reason: EndReason | None, why: str) -> None:
         """Into ENDING (once), `reason` asked for unless one was already."""
@@ -355,7 +372,8 @@ class Generation:
 
     def _set_state(self, new: GenerationState, why: str) -> None:
         if new not in TRANSITIONS[self.state]:
-            raise RuntimeError(f"generation {self.number}: {self.state.value} -> {new.value} is not allowed")
+            msg = f"generation {self.number}: {self.state.value} -> {new.value} is not allowed"
+            raise RuntimeError(msg)
         # busy <-> ready happens per cell: at debug level, and without building a record otherwise
         level = logging.DEBUG if {self.state, new} == {GenerationState.READY, GenerationState.BUSY} else logging.INFO
         if self.log.isEnabledFor(level):

@@ -8,10 +8,11 @@ from traitlets import Bool, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 from traitlets.utils.bunch import Bunch
 
+from .boot.placement import Placement
 from .boot.prelaunch import history_args
 from .boot.ssh_launch import LINK_TIMEOUT, split
 from .memory import parse_size
-from .targets import kind_for
+from .targets.factory import kind_for
 
 
 class SupervisorSettings(LoggingConfigurable):
@@ -90,6 +91,10 @@ class SupervisorSettings(LoggingConfigurable):
     def memory_limit_bytes(self) -> int | None:
         """`memory_limit` in bytes; None for no limit."""
         return parse_size(self.memory_limit or 0) or None
+
+    # The placement generations run on now: `placement` parsed, then wherever `relocate` moved the
+    # session (set by the `Supervisor`).
+    where: Placement
 
     @property
     def standby_on(self) -> bool:

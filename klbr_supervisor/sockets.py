@@ -19,6 +19,8 @@ from collections.abc import Callable, Sequence
 
 import zmq
 
+from .protocol import Frames
+
 log = logging.getLogger(__name__)
 
 # A batch bound, so one flooding socket cannot starve the others on the loop.
@@ -37,19 +39,19 @@ class Channel:
     sockets); `close()` stops delivery at once, so a closed channel can never call back.
     """
 
-    def __init__(self, name: str, socket: zmq.Socket, on_message: Callable[[list], None]):
+    def __init__(self, name: str, socket: zmq.Socket[bytes], on_message: Callable[[Frames], None]):
         self.name = name
         self.socket = socket
         self._on_message = on_message
         self._loop = asyncio.get_running_loop()
-        self._fd = socket.getsockopt(zmq.FD)
+        self._fd = socket.fileno()  # the FD option, typed as the int it is
         self._scheduled = False
         self.closed = False
         self._loop.add_reader(self._fd, self._drain)
         # Messages may already be queued; the FD only signals edges.
         self._schedule()
 
-    def send(self, frames: Sequence, *, copy: bool = False) -> bool:
+    def send(self, frames: Sequence[bytes | zmq.Frame], *, copy: bool = False) -> bool:
         """Send one multipart message without blocking; False when it was dropped.
 
         On a ROUTER_MANDATORY socket, False without a word when the peer is not connected: the
@@ -67,7 +69,7 @@ class Channel:
             return False
         return True
 
-    def offer(self, frames: Sequence, *, copy: bool = False) -> bool:
+    def offer(self, frames: Sequence[bytes | zmq.Frame], *, copy: bool = False) -> bool:
         """Send one multipart message without blocking; False only when the queue is full (the
         caller keeps it, to offer again later). Other failures are logged, and the message counts
         as sent (there is nothing to retry)."""
@@ -81,7 +83,7 @@ class Channel:
             log.warning("%s: send failed: %s", self.name, e)
         return True
 
-    def _put(self, frames: Sequence, copy: bool) -> None:
+    def _put(self, frames: Sequence[bytes | zmq.Frame], copy: bool) -> None:
         send = self.socket.send
         try:
             # A multipart message is queued atomically: if the first part goes, all parts go.
@@ -129,7 +131,9 @@ class Channel:
                 return False
             try:
                 # Ask first: a failed non-blocking recv raises, and exceptions cost more than asking.
-                if not sock.getsockopt(_EVENTS) & _POLLIN:
+                # EVENTS is an int option; pyzmq types every option's value int | bytes, and narrowing
+                # here would cost on every message.
+                if not sock.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # EVENTS is an int
                     return False
                 frames = sock.recv_multipart(_NOBLOCK, copy=False)
             except zmq.Again:

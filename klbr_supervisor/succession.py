@@ -47,6 +47,12 @@ class Succession:
     restart_window: float
     standby_on: bool
 
+    @property
+    def _background(self) -> Tasks:
+        """Where its background work runs: set by `Supervisor.run` before any generation starts."""
+        assert self._tasks is not None, "no background work before Supervisor.run"
+        return self._tasks
+
     def _launch(self, *, spare: bool) -> Generation:
         raise NotImplementedError  # the Supervisor's
 
@@ -137,13 +143,14 @@ class Succession:
     def _stop_spare(self) -> None:
         spare, self.spare = self.spare, None
         if spare is not None and spare.ending is None:
-            self._tasks.start(spare.stop(EndReason.SHUTDOWN, self.kill_grace), "stopping the spare")
+            self._background.start(spare.stop(EndReason.SHUTDOWN, self.kill_grace), "stopping the spare")
 
     def _set_state(self, new: SupervisorState, why: str) -> None:
         """The only door: a move its table does not allow is a bug, raised (staying put is no move)."""
         if new is self.state:
             return
         if new not in SUPERVISOR_TRANSITIONS[self.state]:
-            raise RuntimeError(f"supervisor: {self.state.value} -> {new.value} is not allowed")
+            msg = f"supervisor: {self.state.value} -> {new.value} is not allowed"
+            raise RuntimeError(msg)
         self.log.info("supervisor: %s -> %s (%s)", self.state.value, new.value, why)
         self.state = new

@@ -14,6 +14,8 @@ import itertools
 import os
 import shutil
 import tempfile
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import zmq
 from jupyter_client.session import Session
@@ -28,11 +30,14 @@ from .host.channel import Credentials
 from .ladder import CellWatch
 from .listener import WorkerListener
 from .policy import Policy, Refusal
+from .protocol import Frames
+from .running import RunningCell
 from .settings import SupervisorSettings
 from .states import EndReason, SupervisorState
 from .store import Store
 from .succession import Succession
-from .targets import Given, check, kind_for, target_for
+from .targets.base import Given
+from .targets.factory import check, kind_for, target_for
 from .tasks import Tasks
 from .wire import Wire
 
@@ -42,7 +47,7 @@ class Supervisor(Succession, SupervisorSettings):
 
     def __init__(self, listener: WorkerListener, *, session: Session, notebook: str | None = None,
                  kernel_name: str | None = None, worker_options: tuple[str, ...] = (),
-                 first: Early | None = None, **kwargs):
+                 first: Early | None = None, **kwargs: Any):
         """`session` carries the key, signature scheme and session id the workers share with the proxy;
         `notebook` and `kernel_name` label this session in the store; `worker_options` go on every
         worker's command line (`SupervisorSettings.worker_options`); `first` is what `boot.prelaunch`
@@ -80,7 +85,7 @@ class Supervisor(Succession, SupervisorSettings):
         self.host = HostService(self, parent=self)
         self._stopped = asyncio.Event()
         self._tasks: Tasks | None = None
-        self._zmq = zmq.Context.instance()
+        self._zmq: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._reaper: Reaper | None = None
         if first is not None and not first.matches(self, session.session):
             # The configuration (a config file, options only traitlets read) asks for another one.
@@ -112,6 +117,7 @@ class Supervisor(Succession, SupervisorSettings):
         number = next(self._numbers)
         early, self._first = self._first, None  # generation 1 adopts what was started early
         host = early.host if early is not None and early.host else host_environ(self._runtime_dir)
+        assert self._reaper is not None, "run() starts the reaper before any generation"
         given = Given(number=number, runtime_dir=self._runtime_dir, reaper=self._reaper, context=self._zmq,
                       log=self.log, ssh=self.ssh, link_timeout=self.link_timeout)
         target = target_for(self.where, self.worker_kernel, session=self.session.clone(), given=given, early=early)
@@ -126,7 +132,7 @@ class Supervisor(Succession, SupervisorSettings):
             self.spare = gen
         else:
             self.current = gen
-        self._tasks.start(self._bring_up(gen), f"starting generation {number}")
+        self._background.start(self._bring_up(gen), f"starting generation {number}")
         return gen
 
     async def _bring_up(self, gen: Generation) -> None:
@@ -215,12 +221,12 @@ class Supervisor(Succession, SupervisorSettings):
 
     # -- requests ----------------------------------------------------------------------------------
 
-    def send(self, channel: str, frames: list) -> bool:
+    def send(self, channel: str, frames: Frames) -> bool:
         """Send to the current generation; False when there is none ready."""
         gen = self.current
         return gen is not None and gen.alive and gen.send(channel, frames)
 
-    def send_execute(self, frames: list, *, msg_id: str, code: str, counts: bool, timeout: float | None,
+    def send_execute(self, frames: Frames, *, msg_id: str, code: str, counts: bool, timeout: float | None,
                      cell_id: int | None = None) -> bool:
         """Send an execute; first tell the worker where the count continues, if it does not know.
 
@@ -247,12 +253,13 @@ class Supervisor(Succession, SupervisorSettings):
         if self.current is not None:
             self.current.next_count = count + 1
 
-    def _cell_finished(self, cell) -> None:
+    def _cell_finished(self, cell: RunningCell) -> None:
         self.host.cell_ended(cell, stopping=self.state is SupervisorState.STOPPING)
 
-    def start_task(self, work, what: str, on_error=None) -> None:
+    def start_task(self, work: Coroutine[Any, Any, Any], what: str,
+                   on_error: Callable[[Exception], None] | None = None) -> None:
         """Background work of the supervisor's side services (a host command), failure logged."""
-        self._tasks.start(work, what, on_error)
+        self._background.start(work, what, on_error)
 
     def refusal(self, code: str | None) -> Refusal | None:
         """Why a request must not run now, if it must not: the restart budget is spent or the link
@@ -279,7 +286,7 @@ class Supervisor(Succession, SupervisorSettings):
         """`%klbr timeout SECONDS` (0 = none) for the cells that follow."""
         self.policy.session_timeout = seconds
 
-    def status(self) -> dict:
+    def status(self) -> dict[str, Any]:
         gen, spare = self.current, self.spare
         stopped = {"placement_lost": "stopped: link lost", "crash_loop": "stopped: crash loop"}
         return {

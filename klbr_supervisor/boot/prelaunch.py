@@ -1,6 +1,6 @@
 """Starting the default worker before the proxy's own imports, and handing it over afterwards.
 
-Importing jupyter_client alone costs 120–300 ms here; the worker (ipykernel) takes longer still to
+Importing jupyter_client alone costs 120-300 ms here; the worker (ipykernel) takes longer still to
 start. `start` runs first thing in `python -m klbr_kernel`, with the standard library only: it writes
 the first generation's connection file and spawns ipykernel on this interpreter, so worker and
 proxy start in parallel. What it started (`Prelaunched`) is handed down, app -> proxy -> supervisor
@@ -26,7 +26,35 @@ import sys
 from .groups import end_process
 
 # Imports here are the few the spawn needs (no dataclasses, tempfile, uuid, ctypes): each ms before
-# the spawn is a ms on the first cell.
+# the spawn is a ms on the first cell. Not even typing: mypy reads this name as typing's.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    from collections.abc import Iterable
+    from typing import Any, Protocol, Self
+
+    from .placement import Placement
+    from .ssh_launch import Launch
+
+    class Configured(Protocol):
+        """What `Early.matches` reads of the configuration: the `Supervisor` (its settings and its
+        parsed placement), which this module may not import."""
+
+        @property
+        def worker_kernel(self) -> str: ...
+        @property
+        def where(self) -> Placement: ...
+        @property
+        def ipython_history(self) -> bool: ...
+        @property
+        def memory_limit(self) -> str: ...
+        @property
+        def worker_args(self) -> tuple[str, ...]: ...
+        @property
+        def worker_options(self) -> tuple[str, ...]: ...
+        @property
+        def ssh(self) -> tuple[list[str], list[str]]: ...
+        @property
+        def link_timeout(self) -> float: ...
 
 # Options that choose a different first worker: no prelaunch when they are on the command line.
 _OTHER_WORKER = ("Supervisor.worker_kernel", "Supervisor.placement", "Supervisor.ipython_history")
@@ -66,7 +94,7 @@ def worker_options(argv: list[str]) -> list[str] | None:
     return sorted(found, key=lambda option: option.partition("=")[0])
 
 
-def history_args(options, keep_history: bool = False) -> tuple[str, ...]:
+def history_args(options: Iterable[str], keep_history: bool = False) -> tuple[str, ...]:
     """What klbr adds to an ipykernel worker's command line about IPython's history, given the user's
     worker `options` (``--Class.trait=value``): `NO_IPYTHON_HISTORY`, unless history is kept
     (`Supervisor.ipython_history`) or the user says what it is. ``HistoryManager.enabled`` said by the
@@ -95,7 +123,7 @@ def worker_command(connection_file: str, *args: str) -> list[str]:
     return [sys.executable, "-m", "klbr_supervisor.boot.worker", str(os.getpid()), "-f", connection_file, *args]
 
 
-def _end(process: subprocess.Popen | None, runtime_dir: str) -> None:
+def _end(process: subprocess.Popen[bytes] | None, runtime_dir: str) -> None:
     """End a first worker that is not wanted after all, and leave nothing of it."""
     if process is not None:
         end_process(process)
@@ -113,21 +141,22 @@ class Early:
 
     host: dict[str, str] | None = None  # its host channel's endpoint, token and key, if it has one
 
-    def __init__(self, process: subprocess.Popen, runtime_dir: str, session_id: str):
+    def __init__(self, process: subprocess.Popen[bytes], runtime_dir: str, session_id: str):
         self.process = process
         self.runtime_dir = runtime_dir
         self.session_id = session_id  # the proxy's from now on (see `klbr_kernel.early`)
         self._held = True  # not yet taken or discarded
 
-    def matches(self, settings, session_id: str) -> bool:
+    def matches(self, settings: Configured, session_id: str) -> bool:
         """Whether the configuration (config files included) asks for this very start."""
         raise NotImplementedError
 
-    def take(self) -> Early:
+    def take(self) -> Self:
         """Handed over to the generation that adopts it: from now on it is that generation's, and
         `discard` leaves it alone."""
         if not self._held:
-            raise RuntimeError("what was started early is taken or discarded already")
+            msg = "what was started early is taken or discarded already"
+            raise RuntimeError(msg)
         self._held = False
         return self
 
@@ -142,14 +171,14 @@ class Early:
 class Prelaunched(Early):
     """The default worker, ipykernel on this interpreter (`targets.local` adopts it)."""
 
-    def __init__(self, process: subprocess.Popen, runtime_dir: str, connection_file: str, session_id: str,
+    def __init__(self, process: subprocess.Popen[bytes], runtime_dir: str, connection_file: str, session_id: str,
                  host: dict[str, str], args: list[str]):
         super().__init__(process, runtime_dir, session_id)
         self.args = args  # ipykernel's, after its connection file
         self.connection_file = connection_file
         self.host = host
 
-    def matches(self, settings, session_id: str) -> bool:
+    def matches(self, settings: Configured, session_id: str) -> bool:
         """The default worker, with the session id the proxy speaks as and the options it read for
         workers."""
         return (not (settings.worker_kernel or settings.where.kind != "local" or settings.ipython_history
@@ -162,14 +191,15 @@ class EarlySsh(Early):
     """The first generation's ssh (``--Supervisor.placement=ssh://…`` on the command line), started
     with its agent and fresh key before the proxy's imports (`targets.ssh` adopts it)."""
 
-    def __init__(self, launch, process: subprocess.Popen, runtime_dir: str, session_id: str):
-        import threading  # only here: the local prelaunch waits for no import
+    def __init__(self, launch: Launch, process: subprocess.Popen[bytes], runtime_dir: str, session_id: str):
+        import threading  # noqa: PLC0415 — only here: the local prelaunch waits for no import
 
         super().__init__(process, runtime_dir, session_id)  # its kernel is started with the proxy's
         self.launch = launch  # `ssh_launch.Launch`: what it was started with
         # Its lease is renewed from here until the generation takes it, as the generation renews
         # it after: a link that stalls meanwhile ends the remote kernel in `link_timeout`, as
         # always. Writes never block: a stalled ssh takes none.
+        assert process.stdin is not None  # `Launch.spawn` gives ssh a stdin pipe
         self._fd = process.stdin.fileno()
         os.set_blocking(self._fd, False)
         self._stop = threading.Event()
@@ -177,7 +207,7 @@ class EarlySsh(Early):
         self._renewing.start()
 
     def _renew(self) -> None:
-        from .ssh_launch import LEASE_EVERY
+        from .ssh_launch import LEASE_EVERY  # noqa: PLC0415 — ssh:// only: the local spawn waits for no import
 
         while not self._stop.wait(LEASE_EVERY):
             try:
@@ -191,14 +221,14 @@ class EarlySsh(Early):
         self._stop.set()
         self._renewing.join()
 
-    def matches(self, settings, session_id: str) -> bool:
+    def matches(self, settings: Configured, session_id: str) -> bool:
         launch = self.launch
         return (launch.placement == settings.where and (launch.ssh_command, launch.ssh_options) == settings.ssh
                 and launch.link_timeout == settings.link_timeout
                 and launch.args == [f"--Session.session={session_id}", *settings.worker_args,
                                     *settings.worker_options])
 
-    def take(self) -> EarlySsh:
+    def take(self) -> Self:
         """Its generation takes its pipes over: renewals are the generation's from now on."""
         taken = super().take()
         self._stop_renewing()
@@ -212,7 +242,8 @@ class EarlySsh(Early):
 
 def _private_dir() -> str:
     """A new 0700 directory in the temp dir, as tempfile.mkdtemp(prefix="klbr-") makes."""
-    base = os.environ.get("TMPDIR") or os.environ.get("TEMP") or os.environ.get("TMP") or "/tmp"
+    # /tmp is tempfile's last resort too; the directory is 0700 and a fresh name.
+    base = os.environ.get("TMPDIR") or os.environ.get("TEMP") or os.environ.get("TMP") or "/tmp"  # noqa: S108
     while True:
         path = os.path.join(base, "klbr-" + os.urandom(6).hex())
         try:
@@ -234,7 +265,7 @@ def new_id() -> str:
 PORTS = ("shell_port", "iopub_port", "stdin_port", "control_port", "hb_port")
 
 
-def connection_problem(info) -> str | None:
+def connection_problem(info: object) -> str | None:
     """Why a connection file (as JSON read) cannot be served, or None: not an object, a key that is
     not text, a port that is no port number, a scheme that cannot sign."""
     if not isinstance(info, dict):
@@ -248,13 +279,13 @@ def connection_problem(info) -> str | None:
     return signature_problem(info)
 
 
-def signature_problem(info: dict) -> str | None:
+def signature_problem(info: dict[str, Any]) -> str | None:
     """Why the connection file's `signature_scheme` cannot sign messages, or None. Jupyter's schemes
     are ``hmac-<hash>`` (hmac-sha256 by default); anything else is refused, never guessed at."""
     scheme = info.get("signature_scheme", "hmac-sha256")
     if not isinstance(scheme, str) or not scheme.startswith("hmac-"):
         return f"signature_scheme {scheme!r} is not hmac-<hash> (as hmac-sha256)"
-    import hashlib  # only here: a bad file is rare, and the spawn below waits for no import
+    import hashlib  # noqa: PLC0415 — only here: a bad file is rare, and the spawn below waits for no import
 
     if scheme[5:] not in hashlib.algorithms_available:
         return f"signature_scheme {scheme!r} names a hash this Python does not have"
@@ -324,17 +355,19 @@ def start(argv: list[str]) -> Early | None:
     with open(os.open(conn, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600), "w") as f:
         json.dump(worker, f)
     host = host_environ(runtime)
-    process = subprocess.Popen(worker_command(conn, *args), stderr=subprocess.PIPE, start_new_session=True,
-                               env={**os.environ, **host})
-    early = Prelaunched(process, runtime, conn, session_id, host, args)
-    atexit.register(early.discard)  # for a kernel that never gets as far as adopting it
-    return early
+    process = subprocess.Popen(  # noqa: S603 — this interpreter and boot.worker, no shell
+        worker_command(conn, *args), stderr=subprocess.PIPE, start_new_session=True, env={**os.environ, **host})
+    prelaunched = Prelaunched(process, runtime, conn, session_id, host, args)
+    atexit.register(prelaunched.discard)  # for a kernel that never gets as far as adopting it
+    return prelaunched
 
 
-def _start_ssh(argv: list[str], info: dict, runtime: str, session_id: str, args: list[str]) -> EarlySsh | None:
+def _start_ssh(argv: list[str], info: dict[str, Any], runtime: str, session_id: str,
+               args: list[str]) -> EarlySsh | None:
     """The first generation's ssh; its remote kernel is started with `args`."""
-    from .placement import PlacementError, parse
-    from .ssh_launch import LINK_TIMEOUT, Launch, split
+    # ssh:// only: the local spawn waits for neither.
+    from .placement import PlacementError, parse  # noqa: PLC0415
+    from .ssh_launch import LINK_TIMEOUT, Launch, split  # noqa: PLC0415
 
     given = {name: values(argv, f"Supervisor.{name}") for name in ("placement", "ssh_command", "link_timeout")}
     options = values(argv, "Supervisor.ssh_options")
@@ -343,7 +376,7 @@ def _start_ssh(argv: list[str], info: dict, runtime: str, session_id: str, args:
         return None
     try:
         launch = Launch(parse(given["placement"][0]), split((given["ssh_command"] or ["ssh"])[0]), options,
-                        float((given["link_timeout"] or [LINK_TIMEOUT])[0]),
+                        float(given["link_timeout"][0]) if given["link_timeout"] else LINK_TIMEOUT,
                         os.path.join(runtime, "ssh1"), os.urandom(32).hex(), info.get("signature_scheme", "hmac-sha256"),
                         args)
         process = launch.spawn()

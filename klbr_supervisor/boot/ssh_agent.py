@@ -15,6 +15,9 @@ to that group. It kills the group and removes the directory when the kernel exit
 running past its lease.
 """
 
+from __future__ import annotations
+
+import importlib.util
 import json
 import os
 import queue
@@ -25,22 +28,24 @@ import sys
 import threading
 import time
 
-def _say(**message):
+
+def _say(**message: object) -> None:
     sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
 
 
-def _killpg(pid, sig):
+def _killpg(pid: int, sig: int) -> None:
     try:
         os.killpg(pid, sig)
     except OSError:
         pass
 
 
-def main():
-    events = queue.Queue()
+def main() -> None:
+    # ("line", a line of stdin), ("eof", None) once it ends, ("exit", the kernel's exit status)
+    events: queue.Queue[tuple[str, str | int | None]] = queue.Queue()
 
-    def read():
+    def read() -> None:
         for line in sys.stdin:
             events.put(("line", line))
         events.put(("eof", None))
@@ -49,10 +54,9 @@ def main():
     kind, line = events.get()
     if kind != "line":
         return
+    assert isinstance(line, str)  # a "line" event carries its line
     start = json.loads(line)["start"]
     where = start["dir"]
-    import importlib.util
-
     if importlib.util.find_spec("ipykernel_launcher") is None:
         _say(failed=f"{sys.executable} has no ipykernel; install it there ({sys.executable} -m pip install ipykernel)")
         return
@@ -66,11 +70,12 @@ def main():
         fd = os.open(connection, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
             json.dump(info, f)
-        proc = subprocess.Popen([sys.executable, "-c", start["bootstrap"], "-f", connection, *start["args"]],
-                                stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
-                                start_new_session=True, cwd=os.path.expanduser("~"),
-                                # its parent poller ends it if the agent is gone, as a frontend's would
-                                env={**os.environ, "JPY_PARENT_PID": str(os.getpid())})
+        proc = subprocess.Popen(  # noqa: S603 — this interpreter and klbr's worker bootstrap, no shell
+            [sys.executable, "-c", start["bootstrap"], "-f", connection, *start["args"]],
+            stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
+            start_new_session=True, cwd=os.path.expanduser("~"),
+            # its parent poller ends it if the agent is gone, as a frontend's would
+            env={**os.environ, "JPY_PARENT_PID": str(os.getpid())})
         threading.Thread(target=lambda: events.put(("exit", proc.wait())), daemon=True).start()
         sockets = [f"{info['ip']}-{port}" for port in start["channels"].values()]
         lease = float(start["lease"])
@@ -85,7 +90,7 @@ def main():
                 kind, value = events.get(timeout=max(0.0, wait))
             except queue.Empty:
                 if time.monotonic() >= deadline:
-                    print("klbr agent: no word from the kernel for its lease: ending it", file=sys.stderr)
+                    sys.stderr.write("klbr agent: no word from the kernel for its lease: ending it\n")
                     return
                 continue
             if kind == "exit":
@@ -93,6 +98,7 @@ def main():
                 return
             if kind == "eof":
                 return
+            assert isinstance(value, str)  # a "line" event carries its line
             try:
                 message = json.loads(value)
             except ValueError:

@@ -10,10 +10,14 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import subprocess
 
 from .groups import end_process
 
+TYPE_CHECKING = False  # typing's, as mypy reads it, without importing typing before the spawn
+if TYPE_CHECKING:
+    from .placement import Placement
 
 with open(os.path.join(os.path.dirname(__file__), "ssh_agent.py")) as _f:
     AGENT = _f.read()
@@ -29,12 +33,11 @@ LEASE_EVERY = 1.0  # seconds between lease renewals
 
 def split(command: str) -> list[str]:
     """`Supervisor.ssh_command` as words."""
-    import shlex
-
     return shlex.split(command) if command else ["ssh"]
 
 
-def base_command(placement, ssh_command: list[str], ssh_options: list[str], link_timeout: float) -> list[str]:
+def base_command(placement: Placement, ssh_command: list[str], ssh_options: list[str],
+                 link_timeout: float) -> list[str]:
     """ssh with klbr's options, the user's additions and the destination (no remote command yet)."""
     alive = max(1, round((link_timeout or LINK_TIMEOUT) / 3))
     argv = [*(ssh_command or ["ssh"]), "-T",
@@ -58,14 +61,15 @@ def lease_of(link_timeout: float) -> float:
 class Launch:
     """What one generation's ssh is started with; `spawn` starts it."""
 
-    def __init__(self, placement, ssh_command: list[str], ssh_options: list[str], link_timeout: float,
+    def __init__(self, placement: Placement, ssh_command: list[str], ssh_options: list[str], link_timeout: float,
                  local: str, key: str, signature_scheme: str, args: list[str]):
         self.placement = placement
         self.ssh_command = list(ssh_command)
         self.ssh_options = list(ssh_options)
         self.link_timeout = link_timeout
         self.local = local  # the forwarded sockets' path here, ``{local}-{port}``
-        self.remote_dir = f"/tmp/klbr-{os.urandom(8).hex()}"
+        # On the remote: the agent makes it, 0700, and fails if it exists.
+        self.remote_dir = f"/tmp/klbr-{os.urandom(8).hex()}"  # noqa: S108
         self.key = key
         self.signature_scheme = signature_scheme
         self.args = list(args)  # ipykernel's, after the connection file
@@ -78,18 +82,21 @@ class Launch:
         return [*base[:-1], "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindMask=0177",
                 "-o", "StreamLocalBindUnlink=yes", *forwards, base[-1], remote(self.placement.python, AGENT)[0]]
 
-    def spawn(self) -> subprocess.Popen:
+    def spawn(self) -> subprocess.Popen[bytes]:
         """Start ssh in a session of its own (what it starts goes with it) and give the agent its
         start; raises OSError when ssh cannot be run."""
-        process = subprocess.Popen(self.argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, env=dict(os.environ), start_new_session=True)
+        process = subprocess.Popen(  # noqa: S603 — the configured ssh command, no shell
+            self.argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ),
+            start_new_session=True)
         try:
-            from .worker import BOOTSTRAP  # imported while ssh connects: `deathsig` costs milliseconds
+            # Imported while ssh connects: `deathsig` costs milliseconds.
+            from .worker import BOOTSTRAP  # noqa: PLC0415
 
             start = {"dir": self.remote_dir, "key": self.key, "signature_scheme": self.signature_scheme,
                      "bootstrap": BOOTSTRAP, "args": self.args, "channels": CHANNELS,
                      "lease": lease_of(self.link_timeout)}
             first = remote(self.placement.python, AGENT)[1] + json.dumps({"start": start}) + "\n"
+            assert process.stdin is not None  # opened as a pipe just above
             try:
                 os.write(process.stdin.fileno(), first.encode())  # into an empty pipe: all of it, at once
             except BrokenPipeError:

@@ -19,6 +19,7 @@ import json
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any, Literal, TypedDict
 
 import zmq
 
@@ -27,6 +28,29 @@ from ..sockets import Channel
 PROTOCOL = b"klbr-host/1"
 MAX_REQUEST = 2**20  # bytes of payload a request may have (the client says `too_large` past it)
 _RETIRED = 64  # ended generations whose tokens are still recognised (and told `stale_generation`)
+
+
+class Result(TypedDict):
+    """The answer to a call carried out: `result` is what the call returns to the cell (JSON)."""
+
+    call: str
+    ok: Literal[True]
+    result: object
+
+
+class Refusal(TypedDict):
+    """The answer to a call refused (or that failed), with its wire code; `call` is None when the
+    request had no call id."""
+
+    call: str | None
+    ok: Literal[False]
+    code: str
+    message: str
+
+
+Reply = Result | Refusal
+# A request as it came (parsed JSON, its token checked): its fields are checked where they are used.
+Request = dict[str, Any]
 
 
 @dataclass(frozen=True)
@@ -54,11 +78,11 @@ class Answer:
     """`answer(reply)` signs and sends `reply` to the caller; two answers to one caller (the same
     ROUTER identity: a client sending its call again) are equal, so a call is answered once each."""
 
-    send: Callable[[bytes, bytes, dict], None]
+    send: Callable[[bytes, bytes, Reply], None]
     identity: bytes
     key: bytes
 
-    def __call__(self, reply: dict) -> None:
+    def __call__(self, reply: Reply) -> None:
         self.send(self.identity, self.key, reply)
 
 
@@ -66,7 +90,8 @@ class HostChannel:
     """Created by the `HostService` on the loop; `handle(token, request, answer)` gets each request
     whose token is known and whose signature holds, with its `Answer`."""
 
-    def __init__(self, endpoint: str, context: zmq.Context, handle: Callable, log: logging.Logger):
+    def __init__(self, endpoint: str, context: zmq.Context[zmq.Socket[bytes]],
+                 handle: Callable[[str, Request, Answer], None], log: logging.Logger):
         self.endpoint = endpoint
         self._keys: dict[str, bytes] = {}  # token -> key, of live and recently ended generations
         self._retired: list[str] = []
@@ -91,7 +116,7 @@ class HostChannel:
     def close(self) -> None:
         self._channel.close()
 
-    def _received(self, frames: list) -> None:
+    def _received(self, frames: list[zmq.Frame]) -> None:
         if len(frames) != 4 or frames[1].bytes != PROTOCOL:
             return self._drop("not a host request")
         identity, signature, payload = frames[0].bytes, frames[2].bytes, frames[3].bytes
@@ -108,7 +133,7 @@ class HostChannel:
             return self._drop("unknown token or bad signature")
         self._handle(request["token"], request, Answer(self._send, identity, key))
 
-    def _send(self, identity: bytes, key: bytes, reply: dict) -> None:
+    def _send(self, identity: bytes, key: bytes, reply: Reply) -> None:
         payload = json.dumps(reply).encode()
         if not self._channel.send([identity, PROTOCOL, sign(key, payload), payload], copy=True):
             self._log.info("host: the caller of %s is gone; its answer is dropped", reply.get("call"))

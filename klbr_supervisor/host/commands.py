@@ -15,7 +15,7 @@ import signal
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypedDict
 
 if TYPE_CHECKING:
     from ..boot.reaper import Reaper
@@ -24,10 +24,25 @@ MAX_TIMEOUT = 3600.0
 MAX_OUTPUT = 4_000_000  # bytes of stdout (and of stderr) one reply carries at the most
 
 
-class Refused(Exception):
+class Refused(Exception):  # noqa: N818 — a call's answer with its wire code, which the service sends; no fault
+    """Raised as `Refused(code=..., message=...)`: `code` is the wire code the call is answered with
+    (`invalid`, `forbidden`, ...), `message` the text its caller reads."""
+
     def __init__(self, code: str, message: str):
         super().__init__(message)
         self.code = code
+
+
+class RunResult(TypedDict):
+    """What `host.run` returns to the cell (as JSON)."""
+
+    exit_code: int | None
+    stdout: str
+    stderr: str
+    timed_out: bool
+    stdout_truncated: bool
+    stderr_truncated: bool
+    duration: float
 
 
 @dataclass(frozen=True)
@@ -44,44 +59,45 @@ def _no_nul(text: str) -> bool:
     return "\0" not in text
 
 
-def check(args: dict, workspace: Path, time_left: float | None) -> Command:
+def check(args: dict[str, Any], workspace: Path, time_left: float | None) -> Command:
     """The command `args` asks for, or `Refused`. `time_left` bounds the timeout by the cell's deadline."""
     argv = args.get("argv")
     if not isinstance(argv, list) or not argv:
-        raise Refused("invalid", "argv must be a non-empty list of strings")
+        raise Refused(code="invalid", message="argv must be a non-empty list of strings")
     if not all(isinstance(a, str) for a in argv) or not all(a and _no_nul(a) for a in argv):
-        raise Refused("invalid", "every part of argv must be a non-empty string without NUL")
+        raise Refused(code="invalid", message="every part of argv must be a non-empty string without NUL")
     env = args.get("env")
     if env is not None:
         if not isinstance(env, dict):
-            raise Refused("invalid", "env must be a dict of strings")
+            raise Refused(code="invalid", message="env must be a dict of strings")
         for key, value in env.items():
             if not isinstance(key, str) or not key or "=" in key or not _no_nul(key):
-                raise Refused("invalid", f"env key {key!r}: it must be a non-empty string without '=' or NUL")
+                raise Refused(code="invalid",
+                              message=f"env key {key!r}: it must be a non-empty string without '=' or NUL")
             if not isinstance(value, str) or not _no_nul(value):
-                raise Refused("invalid", f"env value of {key!r}: it must be a string without NUL")
+                raise Refused(code="invalid", message=f"env value of {key!r}: it must be a string without NUL")
     cwd = args.get("cwd", ".")
     if not isinstance(cwd, str) or not _no_nul(cwd):
-        raise Refused("invalid", "cwd must be a string without NUL")
+        raise Refused(code="invalid", message="cwd must be a string without NUL")
     if os.path.isabs(cwd):
-        raise Refused("forbidden", "cwd must be relative to the workspace")
+        raise Refused(code="forbidden", message="cwd must be relative to the workspace")
     root = workspace.resolve()
     where = (root / cwd).resolve()  # symlinks followed; then compared part by part, not as strings
     if not where.is_relative_to(root):
-        raise Refused("forbidden", f"cwd {cwd!r} leads outside the workspace {root}")
+        raise Refused(code="forbidden", message=f"cwd {cwd!r} leads outside the workspace {root}")
     if not where.is_dir():
-        raise Refused("invalid", f"cwd {cwd!r} is not a directory in the workspace")
+        raise Refused(code="invalid", message=f"cwd {cwd!r} is not a directory in the workspace")
     timeout = args.get("timeout", 60)
     if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_TIMEOUT:
-        raise Refused("invalid", f"timeout must be more than 0 and at most {MAX_TIMEOUT:g} seconds")
+        raise Refused(code="invalid", message=f"timeout must be more than 0 and at most {MAX_TIMEOUT:g} seconds")
     if time_left is not None:
         timeout = max(0.001, min(timeout, time_left))
     max_output = args.get("max_output", 1_000_000)
     if isinstance(max_output, bool) or not isinstance(max_output, int) or not 0 <= max_output <= MAX_OUTPUT:
-        raise Refused("invalid", f"max_output must be 0 to {MAX_OUTPUT} bytes (what one reply carries)")
+        raise Refused(code="invalid", message=f"max_output must be 0 to {MAX_OUTPUT} bytes (what one reply carries)")
     stdin = args.get("stdin")
     if stdin is not None and not isinstance(stdin, str):
-        raise Refused("invalid", "stdin must be bytes or a string")
+        raise Refused(code="invalid", message="stdin must be bytes or a string")
     return Command(argv, where, {**os.environ, **(env or {})},
                    stdin.encode("utf-8", "surrogateescape") if stdin is not None else None, float(timeout), max_output)
 
@@ -115,7 +131,7 @@ class Run:
         if self.pgid is not None:
             _killpg(self.pgid, signal.SIGKILL)
 
-    async def run(self) -> dict:
+    async def run(self) -> RunResult:
         """Its result as `host.run` returns it, or `Refused` (it could not start, or was stopped)."""
         command, started = self.command, time.monotonic()
         if self._stopped is not None:  # stopped before it started (its cell ended at once)
@@ -126,10 +142,11 @@ class Run:
                 stdin=asyncio.subprocess.PIPE if command.stdin is not None else asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         except OSError as e:
-            raise Refused("invalid", f"cannot run {command.argv[0]!r}: {e.strerror or e}") from None
+            raise Refused(code="invalid", message=f"cannot run {command.argv[0]!r}: {e.strerror or e}") from None
         self.pgid = process.pid  # start_new_session: its pid is its group's id
         if self._reaper is not None:
             self._reaper.watch(self.pgid)
+        assert process.stdout is not None and process.stderr is not None  # both are PIPEs
         try:
             outputs = await asyncio.gather(_bounded(process.stdout, command.max_output),
                                            _bounded(process.stderr, command.max_output), self._finish(process))
@@ -153,6 +170,7 @@ class Run:
         try:
             async with asyncio.timeout(0 if self._stopped else command.timeout) as self._clock:
                 if command.stdin is not None:
+                    assert process.stdin is not None  # a PIPE when there is stdin to feed
                     try:
                         process.stdin.write(command.stdin)
                         await process.stdin.drain()

@@ -11,7 +11,10 @@ never carried out twice.
 from __future__ import annotations
 
 from collections import OrderedDict
-from typing import Any
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .channel import Reply
 
 LARGE = 65536  # bytes (roughly) from which a reply is large: it goes before any small one
 
@@ -21,15 +24,15 @@ class AnswerRecord:
         self.max_bytes = max_bytes
         self.max_replies = max_replies
         self.max_forgotten = max_forgotten
-        self._small: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()  # call id -> (reply, its size)
-        self._large: OrderedDict[str, tuple[dict[str, Any], int]] = OrderedDict()
+        self._small: OrderedDict[str, tuple[Reply, int]] = OrderedDict()  # call id -> (reply, its size)
+        self._large: OrderedDict[str, tuple[Reply, int]] = OrderedDict()
         self._forgotten: OrderedDict[str, int] = OrderedDict()  # call id -> the size of the reply it had
         self.bytes = 0  # the sizes of the replies kept
 
     def __contains__(self, call: str) -> bool:
         return call in self._small or call in self._large or call in self._forgotten
 
-    def get(self, call: str) -> dict[str, Any] | None:
+    def get(self, call: str) -> Reply | None:
         """The reply `call` was given, or what to tell it now that the reply is gone; None if unknown."""
         kept = self._small.get(call) or self._large.get(call)
         if kept is not None:
@@ -42,7 +45,7 @@ class AnswerRecord:
                 "message": f"this call was carried out and answered once; its answer (about {size} bytes) is no "
                            "longer kept to be sent again, and the call is not carried out again"}
 
-    def add(self, call: str, reply: dict[str, Any]) -> None:
+    def add(self, call: str, reply: Reply) -> None:
         """`call` was answered `reply` (called once per call id)."""
         size = _size(reply)
         (self._large if size >= LARGE else self._small)[call] = (reply, size)

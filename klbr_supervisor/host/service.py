@@ -20,7 +20,7 @@ import json
 import os
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from traitlets import Int, Unicode
 from traitlets.config import LoggingConfigurable
@@ -28,19 +28,26 @@ from traitlets.config import LoggingConfigurable
 from ..boot.placement import PlacementError
 from ..states import EndReason
 from ..store import queries
-from ..targets import problem
+from ..targets.factory import problem
 from . import commands
-from .channel import Answer, Credentials, HostChannel
+from .channel import Answer, Credentials, HostChannel, Refusal, Reply, Request
 from .record import AnswerRecord
 
 if TYPE_CHECKING:
+    import zmq
+
     from ..boot.reaper import Reaper
     from ..generation import Generation
+    from ..running import RunningCell
+    from ..store import Store, StoreError
     from ..supervisor import Supervisor
 
 MAX_KEY = 256  # characters of a kv key
 MAX_VALUE = 2**20  # bytes of a kv value's JSON
 MAX_NOTE = 65536  # characters of a note
+
+# How a call returns its result (what the cell's call gets, as JSON): once, now or later on the loop.
+Done = Callable[[object], None]
 
 
 class HostService(LoggingConfigurable):
@@ -50,7 +57,7 @@ class HostService(LoggingConfigurable):
     )
     max_requests_per_cell = Int(128, config=True, help="Host calls one cell may make (then `budget_exhausted`).")
 
-    def __init__(self, supervisor: Supervisor, **kwargs):
+    def __init__(self, supervisor: Supervisor, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.supervisor = supervisor
         self.channel: HostChannel | None = None
@@ -64,12 +71,12 @@ class HostService(LoggingConfigurable):
         self._budget_cell: str | None = None
         self._budget_used = 0
 
-    def start(self, endpoint: str, context, reaper: Reaper | None = None) -> None:
+    def start(self, endpoint: str, context: zmq.Context[zmq.Socket[bytes]], reaper: Reaper | None = None) -> None:
         """Bind the channel (on the loop, once the supervisor runs); `reaper` watches the commands."""
         self.channel = HostChannel(endpoint, context, self._handle, self.log)
         self._reaper = reaper
 
-    def cell_ended(self, cell, stopping: bool = False) -> None:
+    def cell_ended(self, cell: RunningCell, stopping: bool = False) -> None:
         """The running `cell` ended with its reply (an interrupted one too): its commands end, and
         what it asked for follows (unless the kernel is `stopping`)."""
         self._stop(lambda gen, msg_id: msg_id == cell.msg_id, "not_running",
@@ -149,7 +156,7 @@ class HostService(LoggingConfigurable):
 
     # -- a request ---------------------------------------------------------------------------------
 
-    def _handle(self, token: str, request: dict, answer: Answer) -> None:
+    def _handle(self, token: str, request: Request, answer: Answer) -> None:
         call = request.get("call")
         if not isinstance(call, str) or not call:
             return answer(_refused(None, "invalid", "a request needs a call id"))
@@ -177,7 +184,7 @@ class HostService(LoggingConfigurable):
         self._record(call, reply)
         answer(reply)
 
-    def _refusal(self, token: str, request: dict) -> dict | None:
+    def _refusal(self, token: str, request: Request) -> Refusal | None:
         call = request["call"]
         generation = self._generations.get(token)
         if generation is None:
@@ -194,20 +201,27 @@ class HostService(LoggingConfigurable):
                                                       "(HostService.max_requests_per_cell); the next cell has a new budget")
         return None
 
-    def _done(self, call: str, reply: dict) -> None:
+    def _done(self, call: str, reply: Reply) -> None:
         self._record(call, reply)
         for answer in self._pending.pop(call, ()):
             answer(reply)
 
-    def _record(self, call: str | None, reply: dict) -> None:
+    def _record(self, call: str | None, reply: Reply) -> None:
         if call is not None:
             self._answers.add(call, reply)
 
     # -- the calls: each gets (call id, args, done(result)); a refusal raises commands.Refused -------
 
-    def _call_inspect(self, call: str, args: dict, done: Callable) -> None:
+    def _cell(self) -> RunningCell:
+        """The cell a call is made for: `_refusal` admitted the call only from the running cell,
+        in this same turn of the loop."""
+        cell = self.supervisor.cells.cell
+        assert cell is not None
+        return cell
+
+    def _call_inspect(self, call: str, args: dict[str, Any], done: Done) -> None:
         supervisor = self.supervisor
-        cell = supervisor.cells.cell
+        cell = self._cell()
         generation = cell.generation
         deadline = cell.deadline
         memory = generation.memory
@@ -225,8 +239,8 @@ class HostService(LoggingConfigurable):
             "memory_limit": generation.memory_limit,
         })
 
-    def _call_run(self, call: str, args: dict, done: Callable) -> None:
-        cell = self.supervisor.cells.cell
+    def _call_run(self, call: str, args: dict[str, Any], done: Done) -> None:
+        cell = self._cell()
         time_left = cell.deadline.remaining() if cell.deadline is not None else None
         running = commands.Run(commands.check(args, self.root, time_left), self.supervisor.kill_grace, self._reaper)
         self._runs[running] = (cell.generation, cell.msg_id)
@@ -245,21 +259,21 @@ class HostService(LoggingConfigurable):
     def _scope(self) -> str:
         return self.supervisor.notebook or f"session:{self.supervisor.store.session_id}"
 
-    def _call_put(self, call: str, args: dict, done: Callable) -> None:
+    def _call_put(self, call: str, args: dict[str, Any], done: Done) -> None:
         key, value = _key(args), args.get("value")
         if not isinstance(value, str):
-            raise commands.Refused("invalid", "the value must be JSON")
+            raise commands.Refused(code="invalid", message="the value must be JSON")
         if len(value.encode()) > MAX_VALUE:
-            raise commands.Refused("too_large", f"a value may take at most {MAX_VALUE} bytes of JSON")
+            raise commands.Refused(code="too_large", message=f"a value may take at most {MAX_VALUE} bytes of JSON")
         try:
             json.loads(value)
         except ValueError:
-            raise commands.Refused("invalid", "the value is not JSON") from None
+            raise commands.Refused(code="invalid", message="the value is not JSON") from None
         store = self.supervisor.store
         if not store.recording:
-            raise commands.Refused("forbidden", "the cell log is not available: values cannot be kept")
+            raise commands.Refused(code="forbidden", message="the cell log is not available: values cannot be kept")
 
-        def written(error) -> None:
+        def written(error: StoreError | None) -> None:
             if error is None:
                 done(None)
             else:
@@ -268,37 +282,38 @@ class HostService(LoggingConfigurable):
         if store.kv_put(self._scope(), key, value, written):
             done(None)
 
-    def _call_get(self, call: str, args: dict, done: Callable) -> None:
+    def _call_get(self, call: str, args: dict[str, Any], done: Done) -> None:
         key, store = _key(args), self._readable()
         done(queries.kv_get(store.reader(), self._scope(), key))
 
-    def _call_keys(self, call: str, args: dict, done: Callable) -> None:
+    def _call_keys(self, call: str, args: dict[str, Any], done: Done) -> None:
         done(queries.kv_keys(self._readable().reader(), self._scope()))
 
-    def _readable(self):
+    def _readable(self) -> Store:
         store = self.supervisor.store
         if not store.recording:
-            raise commands.Refused("forbidden", "the cell log is not available: no values are kept")
+            raise commands.Refused(code="forbidden", message="the cell log is not available: no values are kept")
         return store
 
-    def _call_notify(self, call: str, args: dict, done: Callable) -> None:
+    def _call_notify(self, call: str, args: dict[str, Any], done: Done) -> None:
         text = args.get("text")
         if not isinstance(text, str) or not text or len(text) > MAX_NOTE:
-            raise commands.Refused("invalid", f"a note is a non-empty string of at most {MAX_NOTE} characters")
-        cell = self.supervisor.cells.cell
+            raise commands.Refused(code="invalid",
+                                   message=f"a note is a non-empty string of at most {MAX_NOTE} characters")
+        cell = self._cell()
         self.supervisor.store.event("note", {"generation": cell.generation.number, "cell": cell.cell_id, "text": text})
         self.supervisor.listener.host_note(cell.msg_id, text)
         done(None)
 
-    def _call_restart(self, call: str, args: dict, done: Callable) -> None:
+    def _call_restart(self, call: str, args: dict[str, Any], done: Done) -> None:
         reason = args.get("reason")
         if not isinstance(reason, str) or not reason:
-            raise commands.Refused("invalid", "restart needs a reason")
-        self._after_cell(self.supervisor.cells.cell.msg_id, "restart", reason)
+            raise commands.Refused(code="invalid", message="restart needs a reason")
+        self._after_cell(self._cell().msg_id, "restart", reason)
         done(None)
 
-    def _call_relocate(self, call: str, args: dict, done: Callable) -> None:
-        spec, msg_id = args.get("spec"), self.supervisor.cells.cell.msg_id
+    def _call_relocate(self, call: str, args: dict[str, Any], done: Done) -> None:
+        spec, msg_id = args.get("spec"), self._cell().msg_id
 
         async def relocate() -> None:  # the check may start the interpreter: not on the loop's time
             why = await problem(spec, self.supervisor.ssh)
@@ -308,6 +323,7 @@ class HostService(LoggingConfigurable):
             elif cell is None or cell.msg_id != msg_id:
                 self._done(call, _refused(call, "not_running", "the cell ended before the placement was checked"))
             else:
+                assert isinstance(spec, str)  # `problem` found none: a placement spec is a string
                 self._after_cell(msg_id, "relocate", spec)
                 done(None)
 
@@ -315,12 +331,12 @@ class HostService(LoggingConfigurable):
                                    lambda e: self._done(call, _refused(call, "invalid", f"the check failed: {e}")))
 
 
-def _key(args: dict) -> str:
+def _key(args: dict[str, Any]) -> str:
     key = args.get("key")
     if not isinstance(key, str) or not key or len(key) > MAX_KEY:
-        raise commands.Refused("invalid", f"a key is a non-empty string of at most {MAX_KEY} characters")
+        raise commands.Refused(code="invalid", message=f"a key is a non-empty string of at most {MAX_KEY} characters")
     return key
 
 
-def _refused(call: str | None, code: str, message: str) -> dict:
+def _refused(call: str | None, code: str, message: str) -> Refusal:
     return {"call": call, "ok": False, "code": code, "message": message}

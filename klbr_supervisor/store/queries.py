@@ -8,8 +8,13 @@ from __future__ import annotations
 
 import json
 import sqlite3
+from collections.abc import Iterable
 from datetime import UTC, datetime, timedelta
-from typing import NamedTuple
+from typing import Any, NamedTuple
+
+# A history_reply's entry: (session, execution count, input), or with `output`, (session, count,
+# (input, its execute_result's text/plain or None)), as jupyter_client's protocol has it.
+HistoryEntry = tuple[int, int, str | tuple[str, str | None]]
 
 
 def connect(path: str, *, write: bool = False) -> sqlite3.Connection:
@@ -37,13 +42,13 @@ def cells(conn: sqlite3.Connection, session_id: int, status: str | None = None,
           limit: int | None = None) -> list[sqlite3.Row]:
     query = ("SELECT id, generation, execution_count, status, started, finished, code, error, output_bytes,"
              " outputs_truncated FROM cells WHERE session_id = ?")
-    args: list = [session_id]
+    args: list[int | str] = [session_id]
     if status:
         query += " AND status = ?"
         args.append(status)
     query += " ORDER BY id"
     if limit:
-        query = f"SELECT * FROM ({query.replace('ORDER BY id', 'ORDER BY id DESC')} LIMIT ?) ORDER BY id"
+        query = f"SELECT * FROM ({query.replace('ORDER BY id', 'ORDER BY id DESC')} LIMIT ?) ORDER BY id"  # noqa: S608 — only this function's fixed SQL is interpolated; values are bound
         args.append(limit)
     return conn.execute(query, args).fetchall()
 
@@ -64,7 +69,7 @@ def prune(conn: sqlite3.Connection, older_than_days: float) -> int:
         for sid in ids:
             conn.execute("DELETE FROM outputs WHERE cell_id IN (SELECT id FROM cells WHERE session_id = ?)", (sid,))
             for table in ("cells", "events", "generations"):
-                conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (sid,))
+                conn.execute(f"DELETE FROM {table} WHERE session_id = ?", (sid,))  # noqa: S608 — table from the fixed tuple above
             conn.execute("DELETE FROM sessions WHERE id = ?", (sid,))
         conn.execute("COMMIT")
     except BaseException:
@@ -78,7 +83,7 @@ class Taken(NamedTuple):
 
     resent: bool  # the same message again (its digest matched), not only another with its msg_id
     status: str
-    reply: dict | None
+    reply: dict[str, Any] | None
 
 
 def recorded_execute(conn: sqlite3.Connection, client_session: str, msg_id: str, digest: str) -> Taken | None:
@@ -94,7 +99,8 @@ def recorded_execute(conn: sqlite3.Connection, client_session: str, msg_id: str,
 
 # -- history (history_request, %klbr history) -------------------------------------------------------
 
-def history(conn: sqlite3.Connection, content: dict, session_id: int, notebook: str | None) -> list[tuple]:
+def history(conn: sqlite3.Connection, content: dict[str, Any], session_id: int,
+            notebook: str | None) -> list[HistoryEntry]:
     """A history_request's answer: this notebook's cells across generations and sessions, with
     integer session numbers (0 or less: relative to this session, as IPython counts them)."""
     output = bool(content.get("output", False))
@@ -128,25 +134,27 @@ def _result_text(conn: sqlite3.Connection, cell_id: int) -> str | None:
                        " ORDER BY seq DESC LIMIT 1", (cell_id,)).fetchone()
     if row is None:
         return None
-    return json.loads(row[0]).get("data", {}).get("text/plain")
+    text: str | None = json.loads(row[0]).get("data", {}).get("text/plain")
+    return text
 
 
-def _entries(conn: sqlite3.Connection, rows, output: bool) -> list[tuple]:
+def _entries(conn: sqlite3.Connection, rows: Iterable[sqlite3.Row], output: bool) -> list[HistoryEntry]:
     if output:
         return [(r[0], r[1], (r[2], _result_text(conn, r[3]))) for r in rows]
     return [(r[0], r[1], r[2]) for r in rows]
 
 
-def history_tail(conn: sqlite3.Connection, session_ids: list[int], n: int, output: bool = False) -> list[tuple]:
+def history_tail(conn: sqlite3.Connection, session_ids: list[int], n: int,
+                 output: bool = False) -> list[HistoryEntry]:
     marks = ",".join("?" * len(session_ids))
     rows = conn.execute(_HISTORY.format(sessions=marks) + " ORDER BY c.id DESC LIMIT ?", (*session_ids, n)).fetchall()
     return _entries(conn, rows[::-1], output)
 
 
 def history_range(conn: sqlite3.Connection, session: int, start: int, stop: int | None,
-                  output: bool = False) -> list[tuple]:
+                  output: bool = False) -> list[HistoryEntry]:
     query = _HISTORY.format(sessions="?") + " AND c.execution_count >= ?"
-    args: list = [session, start]
+    args: list[int] = [session, start]
     if stop is not None:
         query += " AND c.execution_count < ?"
         args.append(stop)
@@ -155,7 +163,7 @@ def history_range(conn: sqlite3.Connection, session: int, start: int, stop: int 
 
 
 def history_search(conn: sqlite3.Connection, session_ids: list[int], pattern: str, n: int | None,
-                   unique: bool, output: bool = False) -> list[tuple]:
+                   unique: bool, output: bool = False) -> list[HistoryEntry]:
     """`pattern` as IPython takes it: a glob (* and ?), matched against the whole input."""
     marks = ",".join("?" * len(session_ids))
     rows = conn.execute(_HISTORY.format(sessions=marks) + " AND c.code GLOB ? ORDER BY c.id",
@@ -176,7 +184,7 @@ def history_search(conn: sqlite3.Connection, session_ids: list[int], pattern: st
 # Outputs and cells are built as plain dicts in nbformat 4's schema: nbformat's new_output and
 # new_code_cell validate each node (~1 ms apiece), too slow for a 10 000-cell session. The tests
 # validate what this builds with nbformat.
-def _to_output(msg_type: str, content: dict) -> dict:
+def _to_output(msg_type: str, content: dict[str, Any]) -> dict[str, Any]:
     if msg_type == "stream":
         out = {"output_type": "stream", "name": content.get("name", "stdout"), "text": content.get("text", "")}
     elif msg_type == "error":
@@ -190,11 +198,11 @@ def _to_output(msg_type: str, content: dict) -> dict:
     return out
 
 
-def rendered_outputs(rows) -> list:
+def rendered_outputs(rows: Iterable[tuple[str, str]]) -> list[dict[str, Any]]:
     """A cell's recorded iopub outputs, `(msg_type, content JSON)` in order, as a notebook shows them
     at the end: clears and display updates applied, adjacent writes to one stream joined."""
-    outputs: list = []
-    by_display: dict[str, list] = {}
+    outputs: list[dict[str, Any]] = []
+    by_display: dict[str, list[dict[str, Any]]] = {}
     parts: dict[int, list[str]] = {}  # a stream output's texts, joined once at the end (not += each)
     clear_pending = False
     for msg_type, text in rows:
@@ -227,18 +235,19 @@ def rendered_outputs(rows) -> list:
     return outputs
 
 
-def export_notebook(conn: sqlite3.Connection, session_id: int) -> dict:
+def export_notebook(conn: sqlite3.Connection, session_id: int) -> dict[str, Any]:
     """The session as an nbformat 4 notebook (a plain dict), outputs as recorded, each cell's status
     in its metadata."""
     session = conn.execute("SELECT * FROM sessions WHERE id = ?", (session_id,)).fetchone()
     if session is None:
-        raise LookupError(f"no session {session_id}")
-    outputs: dict[int, list] = {}
+        msg = f"no session {session_id}"
+        raise LookupError(msg)
+    outputs: dict[int, list[tuple[str, str]]] = {}
     for cell_id, msg_type, content in conn.execute(
             "SELECT o.cell_id, o.msg_type, o.content FROM outputs o JOIN cells c ON c.id = o.cell_id"
             " WHERE c.session_id = ? ORDER BY o.cell_id, o.seq", (session_id,)):
         outputs.setdefault(cell_id, []).append((msg_type, content))
-    nb = {"nbformat": 4, "nbformat_minor": 5, "cells": [], "metadata": {
+    nb: dict[str, Any] = {"nbformat": 4, "nbformat_minor": 5, "cells": [], "metadata": {
         "kernelspec": {"name": session["kernel"] or "klbr", "display_name": "Python 3 (klbr)", "language": "python"},
         "language_info": {"name": "python"},
         "klbr": {"session": session_id, "notebook": session["notebook"], "started": session["started"],
@@ -270,7 +279,7 @@ def export_notebook(conn: sqlite3.Connection, session_id: int) -> dict:
     return nb
 
 
-def write_notebook(nb: dict, path: str) -> None:
+def write_notebook(nb: dict[str, Any], path: str) -> None:
     """Write what `export_notebook` built, as nbformat writes .ipynb files (indent 1, sorted keys)."""
     with open(path, "w", encoding="utf-8") as f:
         json.dump(nb, f, indent=1, sort_keys=True, ensure_ascii=False)
@@ -286,7 +295,7 @@ def recent_cells(conn: sqlite3.Connection, session_ids: list[int], n: int) -> li
     """The last `n` cells of these sessions, oldest first, with their store ids and output counts."""
     marks = ",".join("?" * len(session_ids))
     rows = conn.execute(
-        f"SELECT c.id, c.session_id, c.execution_count, c.code, c.status, {_OUTPUT_COUNT} AS outputs FROM cells c"
+        f"SELECT c.id, c.session_id, c.execution_count, c.code, c.status, {_OUTPUT_COUNT} AS outputs FROM cells c"  # noqa: S608 — only the constant subquery and ? placeholders are interpolated
         f" WHERE c.session_id IN ({marks}) AND c.execution_count IS NOT NULL ORDER BY c.id DESC LIMIT ?",
         (*session_ids, n)).fetchall()
     return rows[::-1]
@@ -297,23 +306,26 @@ def replay_cell(conn: sqlite3.Connection, session_id: int, notebook: str | None,
     """The cell `%klbr replay` shows: the store's cell `cell_id`, else `In[count]` of this session,
     else the most recent cell of this notebook (across its sessions) that a worker ran and that has
     outputs."""
+    row: sqlite3.Row | None  # the connection's row_factory (`connect`) makes fetchone's rows Rows
     if cell_id is not None:
-        return conn.execute("SELECT * FROM cells WHERE id = ?", (cell_id,)).fetchone()
-    if count is not None:
-        return conn.execute("SELECT * FROM cells WHERE session_id = ? AND execution_count = ? ORDER BY id DESC"
-                            " LIMIT 1", (session_id, count)).fetchone()
-    session_ids = history_sessions(conn, session_id, notebook)
-    marks = ",".join("?" * len(session_ids))
-    return conn.execute(
-        f"SELECT * FROM cells c WHERE c.session_id IN ({marks}) AND c.generation IS NOT NULL"
-        " AND EXISTS (SELECT 1 FROM outputs o WHERE o.cell_id = c.id) ORDER BY c.id DESC LIMIT 1",
-        session_ids).fetchone()
+        row = conn.execute("SELECT * FROM cells WHERE id = ?", (cell_id,)).fetchone()
+    elif count is not None:
+        row = conn.execute("SELECT * FROM cells WHERE session_id = ? AND execution_count = ? ORDER BY id DESC"
+                           " LIMIT 1", (session_id, count)).fetchone()
+    else:
+        session_ids = history_sessions(conn, session_id, notebook)
+        marks = ",".join("?" * len(session_ids))
+        row = conn.execute(
+            f"SELECT * FROM cells c WHERE c.session_id IN ({marks}) AND c.generation IS NOT NULL"  # noqa: S608 — only ? placeholders are interpolated
+            " AND EXISTS (SELECT 1 FROM outputs o WHERE o.cell_id = c.id) ORDER BY c.id DESC LIMIT 1",
+            session_ids).fetchone()
+    return row
 
 
 def replay_outputs(conn: sqlite3.Connection, cell_id: int, before_seq: int | None = None) -> list[tuple[str, str]]:
     """A cell's recorded outputs, `(msg_type, content JSON)` in order (those before `before_seq`)."""
     query = "SELECT msg_type, content FROM outputs WHERE cell_id = ?"
-    args: list = [cell_id]
+    args: list[int] = [cell_id]
     if before_seq is not None:
         query += " AND seq < ?"
         args.append(before_seq)
@@ -327,7 +339,7 @@ def latest_by_frontend_cell(conn: sqlite3.Connection, session_ids: list[int]) ->
     of the notebook showed last. Rows carry no outputs (`replay_outputs` reads them)."""
     marks = ",".join("?" * len(session_ids))
     rows = conn.execute(
-        f"SELECT id, session_id, msg_id, frontend_cell_id, execution_count, code, status, started, finished,"
+        f"SELECT id, session_id, msg_id, frontend_cell_id, execution_count, code, status, started, finished,"  # noqa: S608 — only ? placeholders are interpolated
         f" output_bytes, outputs_truncated FROM cells WHERE id IN (SELECT max(id) FROM cells"
         f" WHERE session_id IN ({marks}) AND frontend_cell_id IS NOT NULL GROUP BY frontend_cell_id) ORDER BY id",
         session_ids).fetchall()

@@ -19,7 +19,7 @@ import os
 import socket
 import sqlite3
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -28,10 +28,11 @@ from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
+from .queries import connect
 from .records import CellRecord
 from .recovery import recover_orphans
 from .schema import migrate
-from .writer import Writer
+from .writer import Apply, Writer
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # bytes, or a zmq.Frame as received
@@ -93,14 +94,14 @@ class Store(LoggingConfigurable):
     def _path_default(self) -> str:
         return os.environ.get("KLBR_DB") or os.path.join(jupyter_data_dir(), "klbr", "klbr.sqlite3")
 
-    def __init__(self, **kwargs):
+    def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         if os.environ.get("KLBR_DB"):
             self.path = os.environ["KLBR_DB"]
         self.session_id: int | None = None
         self.unavailable: StoreError | None = None  # could not be opened at start
         self.paused: StoreError | None = None  # stopped taking writes mid-session
-        self._writer: Writer | None = None
+        self._writer: Writer[Done] | None = None
         self._reader: sqlite3.Connection | None = None
         self._inode: tuple[int, int] | None = None
         self._file_checked = 0.0
@@ -171,8 +172,6 @@ class Store(LoggingConfigurable):
         """A read connection for the loop thread (history, replay, resent executes; see `queries`): WAL
         lets it read while the writer writes."""
         if self._reader is None:
-            from .queries import connect
-
             self._reader = connect(self.path)
         return self._reader
 
@@ -239,14 +238,16 @@ class Store(LoggingConfigurable):
     def output(self, cell: CellRecord, msg_type: str, content: Buffer) -> None:
         """Queue one iopub output of `cell` (its content JSON as sent, bytes or a received frame);
         bounded per cell. Past the bound nothing is copied: only the length is counted."""
+        with memoryview(content) as view:  # a Buffer need not be Sized: its length is the view's
+            size = view.nbytes
         if cell.truncated:
-            cell.output_bytes += len(content)
+            cell.output_bytes += size
             return
-        if cell.output_bytes + len(content) > self.max_output_bytes:
+        if cell.output_bytes + size > self.max_output_bytes:
             cell.truncated = True
-            cell.output_bytes += len(content)
+            cell.output_bytes += size
             return
-        cell.output_bytes += len(content)
+        cell.output_bytes += size
         cell.seq += 1
         seq = cell.seq
         text = str(content, "utf-8", "replace")  # straight from the frame's buffer
@@ -282,12 +283,12 @@ class Store(LoggingConfigurable):
         self._submit(update, done)
         return False
 
-    def answered(self, cell: CellRecord, *, status: str, count: int | None, error: str, reply: dict,
-                 outputs: list[tuple[str, dict]] = (), done: Done) -> bool:
+    def answered(self, cell: CellRecord, *, status: str, count: int | None, error: str, reply: dict[str, Any],
+                 outputs: Sequence[tuple[str, dict[str, Any]]] = (), done: Done) -> bool:
         """A cell answered without running (aborted, refused, a `%klbr` line): its row and outputs.
         True: committed now; else `done` runs once it is committed (or has failed), later on the loop."""
         session_id, when = self.session_id, now()
-        outputs = [(msg_type, json.dumps(content, default=str)) for msg_type, content in outputs]
+        texts = [(msg_type, json.dumps(content, default=str)) for msg_type, content in outputs]
 
         def insert(c: sqlite3.Connection) -> None:
             cur = c.execute(
@@ -300,7 +301,7 @@ class Store(LoggingConfigurable):
             )
             cell.id = cur.lastrowid
             c.executemany("INSERT INTO outputs (cell_id, seq, msg_type, content) VALUES (?, ?, ?, ?)",
-                          [(cell.id, seq, t, text) for seq, (t, text) in enumerate(outputs, 1)])
+                          [(cell.id, seq, t, text) for seq, (t, text) in enumerate(texts, 1)])
 
         if self._direct(insert, done):
             return True
@@ -319,7 +320,7 @@ class Store(LoggingConfigurable):
         self._submit(upsert, done)
         return False
 
-    def event(self, kind: str, payload: dict) -> None:
+    def event(self, kind: str, payload: dict[str, Any]) -> None:
         """A durable event: generation starts and ends, interrupts, restarts, placement changes."""
         self._event_seq += 1
         seq, session_id, text, when = self._event_seq, self.session_id, json.dumps(payload, default=str), now()
@@ -327,7 +328,7 @@ class Store(LoggingConfigurable):
             "INSERT INTO events (session_id, seq, kind, payload, time) VALUES (?, ?, ?, ?, ?)",
             (session_id, seq, kind, text, when)))
 
-    def generation_started(self, number: int, placement: str, identity: dict, pid: int | None) -> None:
+    def generation_started(self, number: int, placement: str, identity: dict[str, Any], pid: int | None) -> None:
         session_id, text, started = self.session_id, json.dumps(identity, default=str), now()
         self._submit(lambda c: c.execute(
             "INSERT OR REPLACE INTO generations (session_id, number, placement, identity, pid, started)"
@@ -343,7 +344,7 @@ class Store(LoggingConfigurable):
 
     # -- the writer --------------------------------------------------------------------------------
 
-    def _direct(self, apply: Callable[[sqlite3.Connection], None], done: Done) -> bool:
+    def _direct(self, apply: Apply, done: Done) -> bool:
         """Commit `apply` now on the loop if the writer allows it (see `Writer.direct`): True when it
         is durable now. A direct commit that failed pauses the store and reports to `done` later."""
         if self._writer is None:
@@ -356,7 +357,7 @@ class Store(LoggingConfigurable):
         asyncio.get_running_loop().call_soon(self._report, cause, [done])
         return False
 
-    def _submit(self, apply: Callable[[sqlite3.Connection], None], done: Done | None = None, *,
+    def _submit(self, apply: Apply, done: Done | None = None, *,
                 resuming: bool = False) -> None:
         if self._writer is None or self._writer.closed:
             if done is not None:

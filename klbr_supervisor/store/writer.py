@@ -22,14 +22,23 @@ import queue
 import sqlite3
 import threading
 from collections.abc import Callable, Iterable
+from enum import Enum
+from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
-Apply = Callable[[sqlite3.Connection], None]
-Report = Callable[[Exception | None, list], None]
+Apply = Callable[[sqlite3.Connection], object]  # what it returns (a cursor, say) is ignored
+# What the submitter wants called once its write is committed: the writer only hands it back to `report`.
+D = TypeVar("D")
+Report = Callable[[Exception | None, list[D]], None]
 
-_STOP = object()
-_CHECKPOINT = object()
+
+class _Signal(Enum):
+    """Queued between writes: the thread stops, or folds the WAL back."""
+
+    STOP = "stop"
+    CHECKPOINT = "checkpoint"
+
 _BATCH = 1000
 CHECKPOINT_EVERY = 200
 
@@ -44,7 +53,8 @@ def _commit(conn: sqlite3.Connection, applies: Iterable[Apply]) -> Exception | N
         conn.execute("COMMIT")
         return None
     except (sqlite3.Error, OSError) as e:
-        e.klbr_write = apply.__qualname__ if apply is not None else "COMMIT"  # for the log: which write failed
+        # For the log: which write failed (the store reads it back with getattr).
+        e.klbr_write = apply.__qualname__ if apply is not None else "COMMIT"  # type: ignore[union-attr]
         try:
             conn.execute("ROLLBACK")  # an I/O error may leave the transaction open
         except sqlite3.Error:
@@ -52,16 +62,16 @@ def _commit(conn: sqlite3.Connection, applies: Iterable[Apply]) -> Exception | N
         return e
 
 
-class Writer:
+class Writer(Generic[D]):
     """Owns both connections once the store is open; `close` ends the thread, which closes its own."""
 
-    def __init__(self, conn: sqlite3.Connection, direct_conn: sqlite3.Connection, report: Report):
+    def __init__(self, conn: sqlite3.Connection, direct_conn: sqlite3.Connection, report: Report[D]):
         """`conn` is the thread's; `direct_conn` the loop's (busy_timeout 0, wal_autocheckpoint 0)."""
         self._conn = conn
         self._direct_conn = direct_conn
         self._report = report
         self._loop = asyncio.get_running_loop()
-        self._queue: queue.SimpleQueue = queue.SimpleQueue()
+        self._queue: queue.SimpleQueue[tuple[Apply, D | None] | _Signal] = queue.SimpleQueue()
         self._lock = threading.Lock()  # held while either side writes
         self._submitted = 0  # items queued (loop thread only)
         self._committed = 0  # items applied (writer thread only)
@@ -75,7 +85,7 @@ class Writer:
         """Nothing submitted is waiting or being written (read on the loop)."""
         return self._submitted == self._committed
 
-    def submit(self, apply: Apply, done: Callable | None) -> None:
+    def submit(self, apply: Apply, done: D | None) -> None:
         self._submitted += 1
         self._queue.put((apply, done))
 
@@ -97,14 +107,14 @@ class Writer:
             self._lock.release()
         self._direct_commits += 1
         if self._direct_commits % CHECKPOINT_EVERY == 0:
-            self._queue.put(_CHECKPOINT)
+            self._queue.put(_Signal.CHECKPOINT)
         return True, failure
 
     def close(self, wait: float) -> None:
         """Write what is queued and stop the thread (once, at shutdown), waiting up to `wait` seconds:
         more than a write can take (the busy timeout), so no connection is closed under a write."""
         self.closed = True
-        self._queue.put(_STOP)
+        self._queue.put(_Signal.STOP)
         self._thread.join(timeout=wait)
         if self._thread.is_alive():
             log.error("klbr store: the writer did not finish within %.0f s; its last writes may be lost", wait)
@@ -121,9 +131,9 @@ class Writer:
         conn = self._conn
         while True:
             item = self._queue.get()
-            if item is _STOP:
+            if item is _Signal.STOP:
                 return
-            if item is _CHECKPOINT:
+            if item is _Signal.CHECKPOINT:
                 self._checkpoint()
                 continue
             batch = [item]
@@ -133,10 +143,10 @@ class Writer:
                     item = self._queue.get_nowait()
                 except queue.Empty:
                     break
-                if item is _STOP:
+                if item is _Signal.STOP:
                     stop = True
                     break
-                if item is _CHECKPOINT:
+                if item is _Signal.CHECKPOINT:
                     checkpoint = True
                     continue
                 batch.append(item)

@@ -66,11 +66,16 @@ MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC
                "HTTPS_PROXY", "NO_PROXY")
 
 
-class GenerationArgs(TypedDict):
-    """The keywords `factory.target_for` passes on to a target, beside its placement."""
+class CommonArgs(TypedDict):
+    """The keywords every target is given, whatever else its kind takes by name."""
 
     session: Session
     given: Given
+
+
+class GenerationArgs(CommonArgs):
+    """The keywords `factory.target_for` passes on to a target, beside its placement."""
+
     early: NotRequired[Early | None]
 
 

@@ -11,11 +11,16 @@ from __future__ import annotations
 import os
 import sys
 import uuid
+from typing import Any, Unpack
 
+from jupyter_client.connect import KernelConnectionInfo
 from jupyter_client.kernelspec import KernelSpec
-from jupyter_client.provisioning import KernelProvisionerBase, LocalProvisioner
+from jupyter_client.provisioning.local_provisioner import LocalProvisioner
+from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
+from ..boot.placement import Placement
 from ..boot.prelaunch import Prelaunched, worker_command
+from .base import CommonArgs
 from .managed import ManagedTarget, WorkerManager, installed_spec
 
 # The name under which `Supervisor.worker_kernel = ""` resolves: ipykernel on sys.executable.
@@ -30,14 +35,15 @@ class LocalTarget(ManagedTarget):
     starts_early = True
     asks_identity = False
 
-    def __init__(self, placement, *, worker_kernel: str = "", early: Prelaunched | None = None, **kwargs):
+    def __init__(self, placement: Placement, *, worker_kernel: str = "", early: Prelaunched | None = None,
+                 **kwargs: Unpack[CommonArgs]):
         super().__init__(placement, early=early, **kwargs)
         self._early = early
         self.kernel_name = PRELAUNCHED if early is not None else worker_kernel or OWN_INTERPRETER
         self.arms_itself = self.kernel_name in (OWN_INTERPRETER, PRELAUNCHED)
 
     @property
-    def takes_klbr_options(self) -> bool:  # type: ignore[override]
+    def takes_klbr_options(self) -> bool:  # type: ignore[override]  # a ClassVar on Target, read per instance here
         """klbr's own worker does; a kernelspec does when its argv runs ipykernel."""
         if self.arms_itself:
             return True
@@ -80,14 +86,17 @@ class PrelaunchedProvisioner(LocalProvisioner):
 
     early: Prelaunched  # set by `LocalTarget.manager`
 
-    async def pre_launch(self, **kwargs):
+    async def pre_launch(self, **kwargs: Any) -> dict[str, Any]:
         km = self.parent
+        assert isinstance(km, WorkerManager)  # `LocalTarget.manager` makes it this provisioner's parent
         km.load_connection_file(self.early.connection_file)
         self.connection_info = km.get_connection_info()
         kwargs.pop("extra_arguments", None)  # it was started with them
-        return await KernelProvisionerBase.pre_launch(self, cmd=list(self.early.process.args), **kwargs)
+        cmd = self.early.process.args
+        assert isinstance(cmd, list)  # `boot.prelaunch.start` spawns it from `worker_command`'s list
+        return await KernelProvisionerBase.pre_launch(self, cmd=list(cmd), **kwargs)
 
-    async def launch_kernel(self, cmd, **kwargs):
+    async def launch_kernel(self, cmd: list[str], **kwargs: Any) -> KernelConnectionInfo:
         worker = self.early.take()
         self.process = worker.process
         self.pid = worker.process.pid

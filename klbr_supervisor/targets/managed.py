@@ -98,8 +98,12 @@ class ManagedTarget(Target):
             await self.release()
             message = f"its provisioner ({type(provisioner).__name__}) reports no local process to watch"
             raise LaunchError(message)
-        self._process = WorkerProcess(process, provisioner.pgid, self.given.reaper, on_exit)
-        return self._km.get_connection_info()
+        # Read as `process` is: a local provisioner keeps both, and jupyter_client declares them
+        # untyped (None) on the class.
+        pgid: int | None = getattr(provisioner, "pgid", None)
+        self._process = WorkerProcess(process, pgid, self.given.reaper, on_exit)
+        info: dict[str, Any] = dict(self._km.get_connection_info())
+        return info
 
     @property
     def pid(self) -> int | None:

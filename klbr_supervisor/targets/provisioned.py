@@ -24,13 +24,17 @@ import os
 import signal
 import subprocess
 import sys
+from typing import TYPE_CHECKING, Any, Unpack
 
 from ..boot.placement import Placement
 from ..exits import describe_exit
-from .base import LaunchError, OnExit, SshCommand, Target
+from .base import GenerationArgs, LaunchError, OnExit, SshCommand, Target
 from .kernelspec import KernelspecTarget
 from .pipes import LinePipe
 from .process import WorkerProcess
+
+if TYPE_CHECKING:
+    from .provisioner_host import Start
 
 # Seconds the generation waits for the helper to end its kernel (a kill asked for); after that it
 # lets go: the helper goes on with the kill on its own (bounded by its alarm), and the end is
@@ -43,7 +47,7 @@ class ProvisionedTarget(Target):
     # Its host channel's credentials go to the provisioner in the environment: they reach a kernel
     # it runs on this machine (an ipc path), no other.
 
-    def __init__(self, placement: Placement, *, worker_kernel: str = "", **kwargs):
+    def __init__(self, placement: Placement, *, worker_kernel: str = "", **kwargs: Unpack[GenerationArgs]):
         super().__init__(placement, **kwargs)
         self.kernel_name = placement.target if placement.kind == "kernelspec" else worker_kernel
         self._connection_file = os.path.join(self.given.runtime_dir, f"worker-{self.given.number}.json")
@@ -53,7 +57,7 @@ class ProvisionedTarget(Target):
         self._loop = asyncio.get_running_loop()
         self._helper: WorkerProcess | None = None
         self._pipe: LinePipe | None = None  # commands to its stdin, reports from its report pipe
-        self._started: asyncio.Future[dict] = self._loop.create_future()
+        self._started: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._pgid: int | None = None  # the kernel's local process group, if it has one
         self._kill_timer: asyncio.TimerHandle | None = None
         self._reported = False
@@ -68,26 +72,29 @@ class ProvisionedTarget(Target):
     def pid(self) -> int | None:
         return self._pid
 
-    async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict:
+    async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict[str, Any]:
         self._on_exit = on_exit
         reports, write_end = os.pipe()
         try:
-            process = subprocess.Popen(
+            process = subprocess.Popen(  # noqa: S603 — this interpreter and klbr's provisioner_host, no shell
                 [sys.executable, "-m", "klbr_supervisor.targets.provisioner_host", str(write_end)],
                 stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env,
                 pass_fds=(write_end,), start_new_session=True)
         except OSError as e:
             os.close(reports)
-            raise LaunchError(f"its provisioner's helper could not be started: {e}") from e
+            message = f"its provisioner's helper could not be started: {e}"
+            raise LaunchError(message) from e
         finally:
             os.close(write_end)
+        assert process.stdin is not None  # opened as a pipe just above
         self._pipe = LinePipe(reports, os.dup(process.stdin.fileno()), self._report)
         process.stdin.close()
         self._helper = WorkerProcess(process, None, self._reaper, self._helper_exited)
-        self._send(start={"kernel_name": self.kernel_name, "key": self.session.key.decode("ascii"),
-                          "signature_scheme": self.session.signature_scheme, "env": env,
-                          "username": self.session.username, "connection_file": self._connection_file,
-                          "extra_arguments": list(extra_arguments)})
+        start: Start = {"kernel_name": self.kernel_name, "key": self.session.key.decode("ascii"),
+                        "signature_scheme": self.session.signature_scheme, "env": env,
+                        "username": self.session.username, "connection_file": self._connection_file,
+                        "extra_arguments": list(extra_arguments)}
+        self._send(start=start)
         return await asyncio.shield(self._started)
 
     async def interrupt(self) -> None:
@@ -128,11 +135,11 @@ class ProvisionedTarget(Target):
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _send(self, **message) -> None:
+    def _send(self, **message: object) -> None:
         if self._pipe is not None:
-            self._pipe.send(**message)
+            self._pipe.send(False, **message)
 
-    def _report(self, message: dict) -> None:
+    def _report(self, message: dict[str, Any]) -> None:
         if "started" in message and not self._started.done():
             self._pid = message.get("pid")
             self._pgid = message.get("pgid")

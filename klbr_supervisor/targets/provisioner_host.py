@@ -26,8 +26,33 @@ import json
 import os
 import signal
 import sys
+from collections.abc import Awaitable
+from typing import Any, NotRequired, Protocol, TypedDict
+
+from jupyter_client.manager import AsyncKernelManager
+from jupyter_client.session import Session
 
 BOUND = 20.0  # seconds a provisioner call gets before the helper goes on without it
+
+
+class Start(TypedDict):
+    """What ``{"start": ...}`` carries (`provisioned.ProvisionedTarget.launch` sends it)."""
+
+    kernel_name: str
+    key: str
+    signature_scheme: str
+    env: dict[str, str]
+    username: NotRequired[str]
+    connection_file: str
+    extra_arguments: NotRequired[list[str]]
+
+
+class LocalProcess(Protocol):
+    """A kernel process on this machine as a provisioner keeps it (a `Popen`)."""
+
+    pid: int
+
+    def wait(self) -> int: ...
 
 
 class Host:
@@ -35,33 +60,29 @@ class Host:
         self._report = os.fdopen(report_fd, "w", buffering=1)
         self._loop = asyncio.get_running_loop()
         self.now = asyncio.Event()  # shut down now
-        self.km = None
-        self.starting: asyncio.Future | None = None
+        self._km: AsyncKernelManager | None = None
+        self.starting: asyncio.Future[None] | None = None
         self._exited = False
 
-    def say(self, **message) -> None:
+    def say(self, **message: object) -> None:
         try:
             self._report.write(json.dumps(message) + "\n")
         except (OSError, ValueError):
             self.now.set()  # nobody listens: the kernel that started it is gone
 
-    async def start(self, spec: dict) -> None:
-        from jupyter_client.manager import AsyncKernelManager
-        from jupyter_client.session import Session
-
+    async def start(self, spec: Start) -> None:
         session = Session(key=spec["key"].encode("ascii"), signature_scheme=spec["signature_scheme"],
                           username=spec.get("username") or "klbr")
-        self.km = AsyncKernelManager(kernel_name=spec["kernel_name"], session=session,
-                                     connection_file=spec["connection_file"])
+        self._km = km = AsyncKernelManager(kernel_name=spec["kernel_name"], session=session,
+                                           connection_file=spec["connection_file"])
         try:
-            await self.km.start_kernel(env=spec["env"], extra_arguments=spec.get("extra_arguments") or [])
+            await km.start_kernel(env=spec["env"], extra_arguments=spec.get("extra_arguments") or [])
         except Exception as e:
             self.say(failed=f"{type(e).__name__}: {e}")
             self.now.set()
             return
-        info = self.km.get_connection_info()
-        info = {k: (v.decode("ascii") if isinstance(v, bytes) else v) for k, v in info.items()}
-        process = self._local_process()
+        info = {k: (v.decode("ascii") if isinstance(v, bytes) else v) for k, v in km.get_connection_info().items()}
+        process = self._local_process(km)
         pid = process.pid if process is not None else None
         pgid = None
         if pid is not None:
@@ -73,34 +94,35 @@ class Host:
                 pgid = None  # in our own group: what the kernel's reaper must not take down with it
         self.say(started=info, pid=pid, pgid=pgid)
         if process is not None:
-            fd = os.pidfd_open(pid)
+            fd = os.pidfd_open(process.pid)
             self._loop.add_reader(fd, self._kernel_exited, process, fd)
 
-    def _local_process(self):
+    def _local_process(self, km: AsyncKernelManager) -> LocalProcess | None:
         """The kernel's process on this machine, when its provisioner keeps one (a `Popen`)."""
-        provisioner = self.km.provisioner
+        provisioner = km.provisioner
         for name in ("process", "local_proc"):
-            process = getattr(provisioner, name, None)
+            process: LocalProcess | None = getattr(provisioner, name, None)
             if process is not None and hasattr(process, "pid"):
                 return process
         return None
 
-    def _kernel_exited(self, process, fd: int) -> None:
+    def _kernel_exited(self, process: LocalProcess, fd: int) -> None:
         self._loop.remove_reader(fd)
         os.close(fd)
         self._exited = True
         self.say(exited=process.wait())
         self.now.set()
 
-    async def command(self, message: dict) -> None:
+    async def command(self, message: dict[str, Any]) -> None:
         """An interrupt or a terminate, run as a task of its own: a call that hangs (a signal sent
         over a cut network) never holds up a kill or stdin's end behind it."""
-        if self.km is None or self.km.provisioner is None:
+        km = self._km
+        if km is None or km.provisioner is None:
             return
         elif "interrupt" in message:
-            await _bounded(self.km.interrupt_kernel())
+            await _bounded(km.interrupt_kernel())
         elif "terminate" in message:
-            await _bounded(self.km.provisioner.terminate())
+            await _bounded(km.provisioner.terminate())
 
     async def shut_down(self) -> None:
         signal.alarm(int(3 * BOUND))  # whatever blocks below, the helper ends
@@ -112,14 +134,15 @@ class Host:
         if self.starting is not None and not self.starting.done():
             self.starting.cancel()  # a launch under way: what it started is killed below
             await asyncio.wait({self.starting}, timeout=BOUND)
-        if self.km is None or self.km.provisioner is None:
+        km = self._km
+        if km is None or km.provisioner is None:
             return
-        if not self._exited and await _bounded(self.km.provisioner.kill(restart=False)):
+        if not self._exited and await _bounded(km.provisioner.kill(restart=False)):
             self.say(killed=1)  # the provisioner says it ended its kernel
-        await _bounded(self.km.cleanup_resources())
+        await _bounded(km.cleanup_resources())
 
 
-async def _bounded(awaitable) -> bool:
+async def _bounded(awaitable: Awaitable[object]) -> bool:
     """Whether the call returned within BOUND without raising; never raises itself."""
     try:
         async with asyncio.timeout(BOUND):
@@ -127,7 +150,8 @@ async def _bounded(awaitable) -> bool:
         return True
     except Exception as e:
         try:
-            print(f"klbr provisioner helper: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            sys.stderr.write(f"klbr provisioner helper: {type(e).__name__}: {e}\n")
+            sys.stderr.flush()
         except Exception:
             pass
         return False

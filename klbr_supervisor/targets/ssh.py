@@ -20,12 +20,13 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+from typing import Any, Unpack
 
 from ..boot.placement import Placement, PlacementError
 from ..boot.prelaunch import EarlySsh
 from ..boot.ssh_launch import CHANNELS, LEASE_EVERY, Launch, base_command, remote
 from ..exits import describe_exit
-from .base import LaunchError, OnExit, SshCommand, Target
+from .base import CommonArgs, LaunchError, OnExit, SshCommand, Target
 from .pipes import LinePipe
 from .process import WorkerProcess
 
@@ -36,10 +37,10 @@ PROBE = ("import importlib.util, sys\n"
          "sys.exit(0 if importlib.util.find_spec('ipykernel_launcher') else 3)\n")
 
 
-async def problem(placement, ssh_command: list[str], ssh_options: list[str], timeout: float = 30) -> str | None:
+async def problem(placement: Placement, ssh_command: list[str], ssh_options: list[str], timeout: float = 30) -> str | None:
     """Why a generation cannot start there (the host unreachable, no interpreter, no ipykernel), or None."""
     command, first = remote(placement.python, PROBE)
-    argv = base_command(placement, ssh_command, ssh_options, 15) + [command]
+    argv = [*base_command(placement, ssh_command, ssh_options, 15), command]
     try:  # a session of its own: what ssh starts (a ProxyCommand) goes with it
         proc = await asyncio.create_subprocess_exec(*argv, stdin=asyncio.subprocess.PIPE,
                                                     stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE,
@@ -80,8 +81,9 @@ class SshTarget(Target):
     takes_klbr_options = True  # klbr's own bootstrap starts ipykernel there
     checked_by_launch = True  # its agent looks for ipykernel first
 
-    def __init__(self, placement: Placement, *, early: EarlySsh | None = None, **kwargs):
-        super().__init__(placement, early=early, **kwargs)
+    def __init__(self, placement: Placement, *, early: EarlySsh | None = None, worker_kernel: str = "",
+                 **kwargs: Unpack[CommonArgs]):
+        super().__init__(placement, early=early, worker_kernel=worker_kernel, **kwargs)
         self.kernel_name = "klbr-ssh"  # no kernelspec: the agent starts ipykernel there
         self._early = early
         given = self.given
@@ -95,7 +97,7 @@ class SshTarget(Target):
         self._loop = asyncio.get_running_loop()
         self._ssh: WorkerProcess | None = None
         self._pipe: LinePipe | None = None  # to the agent and back, through ssh's stdin and stdout
-        self._started: asyncio.Future[dict] = self._loop.create_future()
+        self._started: asyncio.Future[dict[str, Any]] = self._loop.create_future()
         self._renew: asyncio.TimerHandle | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
         self._reported = False
@@ -104,13 +106,14 @@ class SshTarget(Target):
     async def check(cls, placement: Placement, ssh: SshCommand) -> None:
         why = await problem(placement, *ssh)
         if why is not None:
-            raise PlacementError(f"{placement}: {why}")
+            message = f"{placement}: {why}"
+            raise PlacementError(message)
 
     @property
     def pid(self) -> int | None:
         return None  # no process of this machine: the kernel is the remote's
 
-    async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict:
+    async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict[str, Any]:
         self._on_exit = on_exit
         if self._early is not None:
             early = self._early.take()  # its lease is renewed from here on
@@ -120,7 +123,9 @@ class SshTarget(Target):
             try:
                 process = self._launch.spawn()
             except OSError as e:
-                raise LaunchError(f"{self._launch.argv()[0]} could not be started: {e.strerror or e}") from e
+                message = f"{self._launch.argv()[0]} could not be started: {e.strerror or e}"
+                raise LaunchError(message) from e
+        assert process.stdin is not None and process.stdout is not None  # `Launch.spawn` opens both as pipes
         self._ssh = WorkerProcess(process, process.pid, self._reaper, self._ssh_exited)
         self._pipe = LinePipe(os.dup(process.stdout.fileno()), os.dup(process.stdin.fileno()), self._report)
         process.stdin.close()
@@ -164,11 +169,11 @@ class SshTarget(Target):
 
     # -- internals ---------------------------------------------------------------------------------
 
-    def _send(self, droppable: bool = False, **message) -> None:
+    def _send(self, droppable: bool = False, **message: object) -> None:
         if self._pipe is not None:
             self._pipe.send(droppable, **message)
 
-    def _report(self, message: dict) -> None:
+    def _report(self, message: dict[str, Any]) -> None:
         if "started" in message and not self._started.done():
             self._started.set_result({  # the key it was started with (an early ssh's is its own)
                 "transport": "ipc", "ip": self._launch.local, "key": self._launch.key,
@@ -190,11 +195,11 @@ class SshTarget(Target):
         if self._pipe is not None:
             self._pipe.read_now()  # what the agent said before ssh ended comes first
         if not self._started.done():
-            said = (self._ssh.tail().strip().splitlines() or [""])[-1]
+            said = (self.tail().strip().splitlines() or [""])[-1]
             self._started.set_exception(LaunchError(
                 f"ssh to {self.placement.destination} {describe_exit(returncode)}" + (f": {said}" if said else "")))
             return
-        said = (self._ssh.tail().strip().splitlines() or [""])[-1]
+        said = (self.tail().strip().splitlines() or [""])[-1]
         self.lost_how = (f"ssh to {self.placement.destination} {describe_exit(returncode)}"
                          + (f" ({said})" if said else "") + " and no exit of the kernel was reported")
         self._end(None)
