@@ -54,6 +54,9 @@ def test_status_and_the_cell_log_show_a_workers_memory(tmp_path):
         now, peak = _bytes(status_row(kc, "memory"))[:2]
         assert 10 * MiB < now <= peak < 1 << 30
         assert status_row(kc, "memory").endswith("no limit")
+        found = value(kc, "from klbr_kernel import host\nhost.inspect()")
+        assert found["memory"]["limit"] is None and found["memory_limit"] is None
+        assert 10 * MiB < found["memory"]["rss"] <= found["memory"]["peak"] < 1 << 30
         big, _ = execute(kc, "x = b'1' * (300 << 20)")  # touched, so resident
         assert big["content"]["status"] == "ok"
         execute(kc, "del x")
@@ -70,6 +73,20 @@ def test_status_and_the_cell_log_show_a_workers_memory(tmp_path):
     generation = until(lambda: log.execute("SELECT memory_peak FROM generations WHERE number = 1"
                                            " AND ended IS NOT NULL").fetchone(), 10, "the generation's end")
     assert generation[0] >= 300 * MiB
+
+
+def test_inspect_says_the_workers_memory_and_its_limit():
+    with start_kernel(extra_arguments=["--Supervisor.memory_limit=512M"]) as (km, kc):
+        execute(kc, "from klbr_kernel import host")
+        found = value(kc, "host.inspect()")
+        assert found["memory_limit"] == 512 * MiB
+        before = found["memory"]
+        assert 10 * MiB < before["rss"] <= before["peak"] < 512 * MiB and before["limit"] == 512 * MiB
+        # Sampled when asked: what a cell just allocated (touched, so resident) is in the next answer.
+        grown = value(kc, "x = b'1' * (200 << 20)\nhost.inspect()['memory']")
+        assert grown["rss"] >= before["rss"] + 190 * MiB and grown["peak"] >= grown["rss"]
+        after = value(kc, "del x\nhost.inspect()['memory']")
+        assert after["rss"] < grown["rss"] - 150 * MiB and after["peak"] >= grown["rss"]
 
 
 # A cell that holds what it allocates in pages it has touched (resident), then says so and waits to be
