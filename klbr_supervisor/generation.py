@@ -27,7 +27,7 @@ from .exits import describe_exit
 from .host.channel import Credentials
 from .identity import ask_identity, snapshot
 from .link import LinkWatch, endpoint
-from .memory import MemoryWatch
+from .memory import MemoryWatch, verdict
 from .protocol import Frames
 from .readiness import Readiness
 from .resign import Resigner, take_key
@@ -319,7 +319,10 @@ class Generation:
             self._drain_task = self._loop.create_task(self.target.release())
             return
         asked = self._closing is not None and self._closing.reason is not None
-        memory = self.memory.verdict(returncode, asked=asked) if self.memory is not None else None
+        if self.memory is not None:
+            memory = self.memory.verdict(returncode, asked=asked)
+        else:  # not sampled (a remote worker): its limit alone can be named
+            memory = verdict(returncode, asked=asked, last=None, limit=self.memory_limit, oom_killed=False)
         self._close(None, describe_exit(returncode))
         if memory is not None and self._closing is not None:
             self._closing.memory = memory

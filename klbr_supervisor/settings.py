@@ -69,7 +69,7 @@ class SupervisorSettings(LoggingConfigurable):
     memory_limit = Unicode(
         "", config=True,
         help="The most memory each generation's worker may allocate (bytes, or 512M, 8G; empty = no "
-             "limit), on local and python: placements: set as the worker's RLIMIT_DATA before ipykernel "
+             "limit), on local, python: and ssh:// placements: set as the worker's RLIMIT_DATA before ipykernel "
              "starts, so an allocation past it raises MemoryError in the cell and the namespace survives. "
              "Per process (each child inherits its own), private writable memory only (thread stacks "
              "count; mapped files do not); the prelaunched first worker is not used.",

@@ -306,6 +306,7 @@ class Supervisor(Succession, SupervisorSettings):
             "signing": self.session.signature_scheme if self.session.key else None,
             "memory": gen.memory.status() if gen and gen.memory else None,
             "memory_limit": self.memory_limit_bytes,
+            "memory_applied": gen.memory_limit if gen else None,  # the limit its worker started under
         }
 
     # -- from generations --------------------------------------------------------------------------

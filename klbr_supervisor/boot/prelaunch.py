@@ -225,6 +225,7 @@ class EarlySsh(Early):
         launch = self.launch
         return (launch.placement == settings.where and (launch.ssh_command, launch.ssh_options) == settings.ssh
                 and launch.link_timeout == settings.link_timeout
+                and not settings.memory_limit  # the agent gets it in the start message, already sent
                 and launch.args == [f"--Session.session={session_id}", *settings.worker_args,
                                     *settings.worker_options])
 

@@ -3,7 +3,7 @@
 Its source is sent over ssh's stdin, as one line the remote command executes (see
 `ssh_launch.REMOTE`), so nothing of klbr needs to be installed there and nothing secret is in any
 command line. Then, on stdin, JSON lines: ``{"start": {...}}`` (its directory, the fresh key, the
-worker's bootstrap and arguments, the channels' ports, the lease), later ``{"lease": 1}``
+worker's bootstrap and arguments, the channels' ports, the lease, the memory limit or none), later ``{"lease": 1}``
 (renewed every second) and ``{"signal": N}``. On stdout:
 ``{"started": PID}`` once the kernel's sockets exist, and ``{"exited": STATUS}`` if it exits;
 ``{"failed": TEXT}`` instead when the interpreter has no ipykernel.
@@ -74,8 +74,10 @@ def main() -> None:
             [sys.executable, "-c", start["bootstrap"], "-f", connection, *start["args"]],
             stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
             start_new_session=True, cwd=os.path.expanduser("~"),
-            # its parent poller ends it if the agent is gone, as a frontend's would
-            env={**os.environ, "JPY_PARENT_PID": str(os.getpid())})
+            # its parent poller ends it if the agent is gone, as a frontend's would; a memory limit
+            # is the bootstrap's to set, as on a local worker (`worker.MEMORY_LIMIT`)
+            env={**os.environ, "JPY_PARENT_PID": str(os.getpid()),
+                 **({"KLBR_MEMORY_LIMIT": str(start["memory_limit"])} if start.get("memory_limit") else {})})
         threading.Thread(target=lambda: events.put(("exit", proc.wait())), daemon=True).start()
         sockets = [f"{info['ip']}-{port}" for port in start["channels"].values()]
         lease = float(start["lease"])

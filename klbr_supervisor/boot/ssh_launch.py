@@ -73,6 +73,7 @@ class Launch:
         self.key = key
         self.signature_scheme = signature_scheme
         self.args = list(args)  # ipykernel's, after the connection file
+        self.memory_limit: int | None = None  # `Supervisor.memory_limit`, bytes: the remote worker's
 
     def argv(self) -> list[str]:
         base = base_command(self.placement, self.ssh_command, self.ssh_options, self.link_timeout)
@@ -94,7 +95,7 @@ class Launch:
 
             start = {"dir": self.remote_dir, "key": self.key, "signature_scheme": self.signature_scheme,
                      "bootstrap": BOOTSTRAP, "args": self.args, "channels": CHANNELS,
-                     "lease": lease_of(self.link_timeout)}
+                     "lease": lease_of(self.link_timeout), "memory_limit": self.memory_limit}
             first = remote(self.placement.python, AGENT)[1] + json.dumps({"start": start}) + "\n"
             assert process.stdin is not None  # opened as a pipe just above
             try:

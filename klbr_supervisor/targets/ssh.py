@@ -25,6 +25,7 @@ from typing import Any, Unpack
 from ..boot.placement import Placement, PlacementError
 from ..boot.prelaunch import EarlySsh
 from ..boot.ssh_launch import CHANNELS, LEASE_EVERY, Launch, base_command, remote
+from ..boot.worker import MEMORY_LIMIT
 from ..exits import describe_exit
 from .base import CommonArgs, LaunchError, OnExit, SshCommand, Target
 from .pipes import LinePipe
@@ -80,6 +81,7 @@ class SshTarget(Target):
     host_channel = None  # no socket of this machine is forwarded for it
     takes_klbr_options = True  # klbr's own bootstrap starts ipykernel there
     checked_by_launch = True  # its agent looks for ipykernel first
+    limits_memory = True  # the agent passes it to klbr's bootstrap there
 
     def __init__(self, placement: Placement, *, early: EarlySsh | None = None, worker_kernel: str = "",
                  **kwargs: Unpack[CommonArgs]):
@@ -120,6 +122,7 @@ class SshTarget(Target):
             self._launch, process = early.launch, early.process
         else:
             self._launch.args = list(extra_arguments)
+            self._launch.memory_limit = int(env.get(MEMORY_LIMIT) or 0) or None
             try:
                 process = self._launch.spawn()
             except OSError as e:
