@@ -56,6 +56,8 @@ def main() -> None:
         return
     assert isinstance(line, str)  # a "line" event carries its line
     start = json.loads(line)["start"]
+    if start.get("memory_limit"):  # the bootstrap sets it, as a local one does (`worker.MEMORY_LIMIT`)
+        os.environ["KLBR_MEMORY_LIMIT"] = str(start["memory_limit"])
     where = start["dir"]
     if importlib.util.find_spec("ipykernel_launcher") is None:
         _say(failed=f"{sys.executable} has no ipykernel; install it there ({sys.executable} -m pip install ipykernel)")
@@ -74,10 +76,8 @@ def main() -> None:
             [sys.executable, "-c", start["bootstrap"], "-f", connection, *start["args"]],
             stdin=subprocess.DEVNULL, stdout=sys.stderr, stderr=sys.stderr,
             start_new_session=True, cwd=os.path.expanduser("~"),
-            # its parent poller ends it if the agent is gone, as a frontend's would; a memory limit
-            # is the bootstrap's to set, as on a local worker (`worker.MEMORY_LIMIT`)
-            env={**os.environ, "JPY_PARENT_PID": str(os.getpid()),
-                 **({"KLBR_MEMORY_LIMIT": str(start["memory_limit"])} if start.get("memory_limit") else {})})
+            # its parent poller ends it if the agent is gone, as a frontend's would
+            env={**os.environ, "JPY_PARENT_PID": str(os.getpid())})
         threading.Thread(target=lambda: events.put(("exit", proc.wait())), daemon=True).start()
         sockets = [f"{info['ip']}-{port}" for port in start["channels"].values()]
         lease = float(start["lease"])

@@ -67,13 +67,13 @@ class Launch:
         self.ssh_command = list(ssh_command)
         self.ssh_options = list(ssh_options)
         self.link_timeout = link_timeout
+        self.memory_limit: int | None = None  # `Supervisor.memory_limit`, bytes: the remote worker's
         self.local = local  # the forwarded sockets' path here, ``{local}-{port}``
         # On the remote: the agent makes it, 0700, and fails if it exists.
         self.remote_dir = f"/tmp/klbr-{os.urandom(8).hex()}"  # noqa: S108
         self.key = key
         self.signature_scheme = signature_scheme
         self.args = list(args)  # ipykernel's, after the connection file
-        self.memory_limit: int | None = None  # `Supervisor.memory_limit`, bytes: the remote worker's
 
     def argv(self) -> list[str]:
         base = base_command(self.placement, self.ssh_command, self.ssh_options, self.link_timeout)
@@ -93,9 +93,10 @@ class Launch:
             # Imported while ssh connects: `deathsig` costs milliseconds.
             from .worker import BOOTSTRAP  # noqa: PLC0415
 
-            start = {"dir": self.remote_dir, "key": self.key, "signature_scheme": self.signature_scheme,
+            start = {"dir": self.remote_dir, "memory_limit": self.memory_limit, "key": self.key,
+                     "signature_scheme": self.signature_scheme,
                      "bootstrap": BOOTSTRAP, "args": self.args, "channels": CHANNELS,
-                     "lease": lease_of(self.link_timeout), "memory_limit": self.memory_limit}
+                     "lease": lease_of(self.link_timeout)}
             first = remote(self.placement.python, AGENT)[1] + json.dumps({"start": start}) + "\n"
             assert process.stdin is not None  # opened as a pipe just above
             try:

@@ -117,12 +117,12 @@ class SshTarget(Target):
 
     async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict[str, Any]:
         self._on_exit = on_exit
+        self._launch.memory_limit = int(env.get(MEMORY_LIMIT) or 0) or None  # for the agent to pass on
         if self._early is not None:
             early = self._early.take()  # its lease is renewed from here on
             self._launch, process = early.launch, early.process
         else:
             self._launch.args = list(extra_arguments)
-            self._launch.memory_limit = int(env.get(MEMORY_LIMIT) or 0) or None
             try:
                 process = self._launch.spawn()
             except OSError as e:
