@@ -21,6 +21,7 @@ from measures import (
     eight_at_once,
     host_calls,
     kernel,
+    memory_sample_us,
     million_cell_listing,
     nbclient_100,
     pid_of_worker,
@@ -150,6 +151,7 @@ def run(args, sshd: Sshd) -> None:
                 if label == "klbr":
                     add(label, "proxy RSS (MiB)", rss_mib(km.provisioner.process.pid))
                     add(label, "replay of a 10 000-output cell → idle (s)", replay_10k(kc))
+                    add(label, "memory sample at each cell's end (µs)", memory_sample_us(pid_of_worker(kc)))
                     for measure, value in host_calls(kc).items():
                         add(label, measure, value)
                 add(label, "worker RSS (MiB)", rss_mib(pid_of_worker(kc)))

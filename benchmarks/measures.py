@@ -3,6 +3,7 @@ rounds, interleaved, and makes the tables."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sqlite3
@@ -16,6 +17,7 @@ import nbformat
 from jupyter_client.manager import KernelManager
 from nbclient import NotebookClient
 
+from klbr_supervisor.memory import MemoryWatch
 from klbr_supervisor.store import queries
 from klbr_supervisor.store.schema import migrate
 
@@ -257,6 +259,25 @@ def placement_first_cell(kc, python: str) -> float:
     elapsed = time.perf_counter() - start
     run_cell(kc, "%klbr placement local")
     return elapsed
+
+
+def memory_sample_us(pid: int, samples: int = 2000) -> float:
+    """What the memory watch adds to each cell: one sample of the worker's process tree from /proc
+    (`MemoryWatch.sample`, taken as the cell's outcome is recorded), median microseconds, on a
+    running worker (its timer's once-a-second sample is the same read)."""
+    async def timed() -> float:
+        watch = MemoryWatch(pid, None)
+        try:
+            times = []
+            for _ in range(samples):
+                start = time.perf_counter()
+                watch.sample()
+                times.append(time.perf_counter() - start)
+            return statistics.median(times) * 1e6
+        finally:
+            watch.close()
+
+    return asyncio.run(timed())
 
 
 def rss_mib(pid: int) -> float:

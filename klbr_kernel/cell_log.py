@@ -165,9 +165,11 @@ class CellLog:
         frontend gets."""
         assert req.record is not None
         generation = req.generation.number if req.generation else None
+        memory = req.generation.memory if req.generation else None
         status = cell_status(content, own=req.outcome, interrupted=req.interrupted)
         return self._store.cell_finished(req.record, status=status, count=content.get("execution_count"),
-                                         error=_error_text(content), reply=content, generation=generation, done=then)
+                                         error=_error_text(content), reply=content, generation=generation, done=then,
+                                         memory_peak=memory.cell_ended() if memory is not None else None)
 
     def answered(self, req: Request, content: dict[str, Any], then: Then,
                  outputs: Sequence[tuple[str, dict[str, Any]]] = ()) -> bool:

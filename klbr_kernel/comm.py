@@ -43,6 +43,9 @@ from .restore import UNMATCHED_LISTED, Chunks, Json, entry, unmatched
 from .status import status_rows
 
 log = logging.getLogger(__name__)
+# The least change of the worker's memory that is pushed as `state` (checked as each request ends;
+# it moves by an eighth of itself otherwise): the status item follows a growing worker, not noise.
+MEMORY_STEP = 32 << 20
 
 Start = Callable[[Coroutine[Any, Any, Any], str, Request | None], None]
 
@@ -62,6 +65,7 @@ class KlbrComms:
         self._following = Following(queue, self._push)
         self._comms: dict[str, OpenComm] = {}
         self._state: tuple[object, ...] | None = None  # what was last pushed as `state`
+        self._memory = 0  # the worker's memory last pushed (bytes; 0: none)
 
     def claims(self, req: Request) -> bool:
         """Whether `req` is the klbr comm's (then the proxy answers it, and no worker sees it)."""
@@ -89,15 +93,17 @@ class KlbrComms:
         self._done(req)
 
     def changed(self) -> None:
-        """Push `state` to every open klbr comm if the generation, placement or recording changed."""
+        """Push `state` to every open klbr comm if the generation, placement or recording changed,
+        or the worker's memory moved by an eighth (32 MiB at least) since the last push."""
         if not self._comms:
             return
         generation = self._supervisor.current
         key = (generation.number if generation is not None else None, self._supervisor.where.spec,
                self._cell_log.recording_state())
-        if key == self._state:
-            return  # the common case, after every request: three reads
-        self._state = key
+        memory = generation.memory.now if generation is not None and generation.memory is not None else 0
+        if key == self._state and abs(memory - self._memory) <= max(MEMORY_STEP, self._memory // 8):
+            return  # the common case, after every request: four reads (memory is the last sample's)
+        self._state, self._memory = key, memory
         state = self._state_fields()
         for comm in list(self._comms.values()):
             self._push(comm, comm.opened, {"op": "state", **state})
@@ -226,6 +232,7 @@ class KlbrComms:
             "placement": supervisor.where.spec, "recording": cell_log.recording_state(),
             "notebook": supervisor.notebook,
             "status": [list(row) for row in status_rows(supervisor, cell_log, self._frontend)],
+            "memory": dict(generation.memory.status()) if generation is not None and generation.memory else None,
         }
 
     def _push(self, comm: OpenComm, parent: dict[str, Any], data: Json) -> None:

@@ -282,7 +282,9 @@ def _call(method: str, args: dict[str, Any] | None = None, wait: float = CALL_TI
 
 def inspect() -> dict[str, Any]:
     """`session`, `generation`, `placement`, `identity` (platform, arch, hostname, interpreter and
-    its version, pid, cwd), `cell` (the store's id of this cell) and `time_left` (seconds, or None)."""
+    its version, pid, cwd), `cell` (the store's id of this cell), `time_left` (seconds, or None),
+    `memory` (the worker's process tree: `rss` now and its `peak`, bytes, and its `limit`; None for a
+    worker elsewhere) and `memory_limit` (bytes, or None)."""
     found: dict[str, Any] = _call("inspect")
     return found
 

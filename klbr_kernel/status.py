@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from klbr_supervisor.generation import Generation
+from klbr_supervisor.memory import MemoryStatus, size_text
 from klbr_supervisor.supervisor import Supervisor
 
 from . import encryption
@@ -35,6 +36,18 @@ def _identity(identity: dict[str, Any] | None) -> str:
         return "-"
     return (f"{identity.get('hostname')}, {identity.get('platform')} {identity.get('arch')}, python "
             f"{identity.get('version')} at {identity.get('interpreter')}, cwd {identity.get('cwd')}")
+
+
+def _memory(memory: MemoryStatus | None, configured: int | None, applied: int | None) -> str:
+    """The worker's memory now and at its peak, and its limit."""
+    if memory is None:
+        if not configured:
+            return "-"
+        return (f"not sampled; limit {size_text(applied)}" if applied
+                else f"not sampled; limit {size_text(configured)} (not on this placement)")
+    limit = (f"limit {size_text(memory['limit'])}" if memory["limit"]
+             else "no limit" if not configured else f"limit {size_text(configured)} not applied on this placement")
+    return f"{size_text(memory['rss'])} now, {size_text(memory['peak'])} peak, {limit}"
 
 
 def _worker(identity: dict[str, Any], language: str | None) -> str:
@@ -84,6 +97,7 @@ def status_rows(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | 
         ("restarts", f"{st['restarts']} of {st['restart_limit']} in the last {st['restart_window']:g} s"),
         ("cell timeout", f"{timeout:g} s" if timeout else "none"),
         ("interrupt grace", f"{st['interrupt_grace']:g} s"),
+        ("memory", _memory(st["memory"], st["memory_limit"], st["memory_applied"])),
         ("cell log", cell_log.state_text()),
         ("dropped", frontend.drops.status() if frontend is not None else "-"),
     ]

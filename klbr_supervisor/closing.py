@@ -22,6 +22,7 @@ _REPLACED = frozenset({EndReason.LOST, EndReason.KILLED, EndReason.DEADLINE})
 class Closing:
     reason: EndReason | None = None  # None: nobody asked; the end decides
     silence: str = ""  # how its link fell silent, if it did: the words of a lost link
+    memory: str = ""  # what its memory says of an exit nobody asked for (`memory.verdict`)
 
     def ask(self, reason: EndReason | None) -> None:
         """`reason` is why it ends, unless one was asked for already."""
@@ -45,4 +46,6 @@ class Closing:
             how = lost_how
         else:
             how = describe_exit(returncode)
+            if self.memory and reason is EndReason.LOST:
+                how = f"{how}, {self.memory}"
         return Ending(reason, returncode, how, tail)

@@ -19,6 +19,7 @@ import zmq
 from jupyter_client.session import Session
 
 from .boot.placement import Placement, PlacementError
+from .boot.worker import MEMORY_LIMIT
 from .closing import Closing
 from .connection import CHANNELS, WorkerChannels
 from .counts import continue_code
@@ -26,6 +27,7 @@ from .exits import describe_exit
 from .host.channel import Credentials
 from .identity import ask_identity, snapshot
 from .link import LinkWatch, endpoint
+from .memory import MemoryWatch, verdict
 from .protocol import Frames
 from .readiness import Readiness
 from .resign import Resigner, take_key
@@ -49,9 +51,11 @@ class Generation:
     def __init__(self, number: int, *, target: Target, session: Session, worker_args: tuple[str, ...] = (),
                  worker_options: tuple[str, ...] = (), zmq_context: zmq.Context[zmq.Socket[bytes]],
                  on_message: MessageHandler, on_end: EndHandler, log: logging.Logger, host: Credentials,
-                 link_timeout: float = 15.0):
+                 link_timeout: float = 15.0,
+                 memory_limit: int | None = None):
         """`session` is the proxy's (its worker's, when the target shares the key); `worker_args`
-        klbr's own options for an ipykernel it starts, `worker_options` the user's, for any worker."""
+        klbr's own options for an ipykernel it starts, `worker_options` the user's, for any worker;
+        `memory_limit` bytes its worker may allocate, where the target's worker sets it itself."""
         self.number = number
         self.host = host  # its worker's way back to the supervisor (`klbr_supervisor.host`)
         self.target = target
@@ -87,6 +91,9 @@ class Generation:
         self._link: LinkWatch | None = None
         self._lost_task: asyncio.Task[None] | None = None
         self.next_count = 1  # the execution count the worker will give its next counted cell
+        self.memory_limit = memory_limit if target.limits_memory else None
+        # Its worker's memory, sampled from the time it serves, when it runs on this machine.
+        self.memory: MemoryWatch | None = None
 
     def __repr__(self) -> str:
         return f"<Generation {self.number} pid={self.pid} {self.state.value}>"
@@ -126,6 +133,8 @@ class Generation:
         extra = target.arguments(self._proxy_session, self._worker_args, self._worker_options)
         self.log.debug("generation %d: %s with %s", self.number, target.kernel_name, extra)
         env = target.environment(self.host.environ())
+        if self.memory_limit:
+            env[MEMORY_LIMIT] = str(self.memory_limit)
         try:
             async with asyncio.timeout_at(deadline):
                 info = await target.launch(extra, env, self._process_exited)
@@ -163,6 +172,8 @@ class Generation:
             if not self._still(GenerationState.STARTING):
                 return False
         self._set_state(GenerationState.READY, "answered kernel_info")
+        if not target.remote and self.pid is not None and not self._exited.done():
+            self.memory = MemoryWatch(self.pid, self.memory_limit)
         self._served.set_result(None)
         if not target.shares_key and self._link_timeout > 0:  # from now on, silence is a lost link
             self._link = LinkWatch(f"gen{self.number}", self._zmq, endpoint(info, "hb"), self._link_timeout,
@@ -307,7 +318,14 @@ class Generation:
         if self.state is GenerationState.ENDED:  # its end was recorded already (a lost link)
             self._drain_task = self._loop.create_task(self.target.release())
             return
+        asked = self._closing is not None and self._closing.reason is not None
+        if self.memory is not None:
+            memory = self.memory.verdict(returncode, asked=asked)
+        else:  # not sampled (a remote worker): its limit alone can be named
+            memory = verdict(returncode, asked=asked, last=None, limit=self.memory_limit, oom_killed=False)
         self._close(None, describe_exit(returncode))
+        if memory is not None and self._closing is not None:
+            self._closing.memory = memory
         # Held: the loop keeps only weak references to tasks.
         self._drain_task = self._loop.create_task(self._drain_then_finish(returncode))
 
@@ -346,6 +364,8 @@ class Generation:
         self.ending = ending
         self._set_state(GenerationState.ENDED, f"{ending.reason.value}: {ending.how}")
         self._channels.close()
+        if self.memory is not None:
+            self.memory.close()
         if self._link is not None:
             self._link.close()
         self.target.close()  # whatever the worker started goes with it

@@ -4,12 +4,14 @@ subclasses, so `Supervisor.cell_timeout` sets the trait declared here."""
 
 from __future__ import annotations
 
-from traitlets import Bool, Float, Int, List, Unicode
+from traitlets import Bool, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
+from traitlets.utils.bunch import Bunch
 
 from .boot.placement import Placement
 from .boot.prelaunch import history_args
 from .boot.ssh_launch import LINK_TIMEOUT, split
+from .memory import parse_size
 from .targets.factory import kind_for
 
 
@@ -64,10 +66,33 @@ class SupervisorSettings(LoggingConfigurable):
         Unicode(), config=True,
         help="Arguments added to every ssh:// connection, before the destination (e.g. -F CONFIG, -i KEY).",
     )
+    memory_limit = Unicode(
+        "", config=True,
+        help="The most memory each generation's worker may allocate (bytes, or 512M, 8G; empty = no "
+             "limit), on local, python: and ssh:// placements: set as the worker's RLIMIT_DATA before ipykernel "
+             "starts, so an allocation past it raises MemoryError in the cell and the namespace survives. "
+             "Per process (each child inherits its own), private writable memory only (thread stacks "
+             "count; mapped files do not); the prelaunched first worker is not used.",
+    )
     poison_after = Int(
         2, config=True,
         help="Refuse code whose worker died under it this many times in a row (0 = never refuse).",
     )
+
+    @validate("memory_limit")
+    def _valid_memory_limit(self, proposal: Bunch) -> str:
+        value: str = proposal["value"]
+        try:
+            parse_size(value or 0)
+        except ValueError as e:
+            why = f"Supervisor.memory_limit: {e}"
+            raise TraitError(why) from None
+        return value
+
+    @property
+    def memory_limit_bytes(self) -> int | None:
+        """`memory_limit` in bytes; None for no limit."""
+        return parse_size(self.memory_limit or 0) or None
 
     # The placement generations run on now: `placement` parsed, then wherever `relocate` moved the
     # session (set by the `Supervisor`).

@@ -94,7 +94,8 @@ class Succession:
         self._live.discard(gen)
         self.host.retire(gen.host, ending)
         if gen.served:
-            self.store.generation_ended(gen.number, f"{ending.reason.value}: {ending.how}")
+            self.store.generation_ended(gen.number, f"{ending.reason.value}: {ending.how}",
+                                        gen.memory.peak if gen.memory is not None else None)
         if gen is self.spare:
             self.spare = None  # replaced at the next takeover, not in a loop now
             return

@@ -127,7 +127,8 @@ class Supervisor(Succession, SupervisorSettings):
         gen = Generation(
             number, target=target, session=self.session, worker_args=self.worker_args,
             worker_options=self.worker_options, zmq_context=self._zmq, on_message=self._message,
-            on_end=self._ended, log=self.log, host=Credentials.from_environ(host), link_timeout=self.link_timeout)
+            on_end=self._ended, log=self.log, host=Credentials.from_environ(host), link_timeout=self.link_timeout,
+            memory_limit=self.memory_limit_bytes)
         self.host.admit(gen, gen.host)
         self._live.add(gen)
         if spare:
@@ -245,6 +246,8 @@ class Supervisor(Succession, SupervisorSettings):
                 gen.sync_count(self.counts.last, self.counts.catch_up())
             self.counts.reserve(msg_id)
         self.cells.sent(msg_id, code, gen, timeout, cell_id)
+        if gen.memory is not None:
+            gen.memory.cell_started()
         return gen.send("shell", frames)
 
     def worker_count(self, count: int) -> None:
@@ -304,6 +307,9 @@ class Supervisor(Succession, SupervisorSettings):
             "interrupt_grace": self.policy.interrupt_grace,
             "identity": gen.identity() if gen and gen.alive else None,
             "signing": self.session.signature_scheme if self.session.key else None,
+            "memory": gen.memory.status() if gen and gen.memory else None,
+            "memory_limit": self.memory_limit_bytes,
+            "memory_applied": gen.memory_limit if gen else None,  # the limit its worker started under
         }
 
     # -- from generations --------------------------------------------------------------------------

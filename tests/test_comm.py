@@ -228,6 +228,18 @@ def test_the_generation_is_pushed_when_it_changes_and_restart_is_an_op(tmp_path)
         assert execute(kc, "'fresh'")[0]["content"]["status"] == "ok"
 
 
+def test_the_workers_memory_is_in_the_state_and_pushed_when_it_grows(tmp_path):
+    with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        comm = Comm(kc)
+        assert execute(kc, "1", seen=comm.seen)[0]["content"]["status"] == "ok"  # its worker serves: sampled
+        (hello,) = comm.request("hello")
+        memory = hello["memory"]
+        assert 10 << 20 < memory["rss"] <= memory["peak"] < 1 << 30 and memory["limit"] is None
+        assert execute(kc, "x = b'1' * (300 << 20)", seen=comm.seen)[0]["content"]["status"] == "ok"
+        pushes = comm.pushes_until(lambda d: d.get("op") == "state" and d["memory"]["rss"] > memory["rss"] + (250 << 20))
+        assert pushes[-1]["generation"] == 1 and pushes[-1]["memory"]["peak"] >= pushes[-1]["memory"]["rss"]
+
+
 def test_bad_comm_messages_get_named_errors_and_nothing_else_changes(tmp_path):
     with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
         assert execute(kc, "x = 1")[0]["content"]["execution_count"] == 1

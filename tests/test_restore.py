@@ -5,6 +5,7 @@ never saved, an edited cell, two tabs. One server for the module; each test has 
 from __future__ import annotations
 
 import json
+import re
 import sqlite3
 
 import pytest
@@ -211,9 +212,11 @@ def test_the_status_item_shows_what_klbr_status_shows_and_its_actions_work(lab, 
     notebook(lab.root, "status.ipynb", ["print('recorded once')"])
     page = open_notebook(browser, lab, "status.ipynb")
     item = page.locator(".klbr-StatusItem")
-    expect(item).to_have_text("klbr: generation 1 · local · recording", timeout=60_000)
+    # The worker's memory once it is sampled (it may not be yet when the page first asks).
+    expect(item).to_have_text(re.compile(r"^klbr: generation 1 · local · recording( · \d+ MiB)?$"), timeout=60_000)
     run_cell(page, 0)
     expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("recorded once", timeout=60_000)
+    expect(item).to_have_text(re.compile(r"^klbr: generation 1 · local · recording · \d+ MiB$"), timeout=30_000)
     cell(page, 0).locator(".jp-OutputArea").click(button="right")
     page.get_by_text("Clear Cell Output").first.click()
     expect(cell(page, 0).locator(".jp-OutputArea")).to_have_text("", timeout=30_000)
@@ -226,4 +229,4 @@ def test_the_status_item_shows_what_klbr_status_shows_and_its_actions_work(lab, 
     expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("recorded once", timeout=30_000)
     item.click()
     page.locator(".jp-Dialog").get_by_role("button", name="Restart the generation").click()
-    expect(item).to_have_text("klbr: generation 2 · local · recording", timeout=60_000)
+    expect(item).to_have_text(re.compile(r"^klbr: generation 2 · local · recording( · \d+ MiB)?$"), timeout=60_000)

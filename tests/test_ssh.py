@@ -30,6 +30,7 @@ from utils import (
     processes,
     results,
     start_kernel,
+    status_row,
     stream_text,
     until,
     value,
@@ -145,6 +146,28 @@ def test_a_remote_kernel_that_exits_is_worker_lost_and_replaced_on_the_same_host
         assert worker_pid(kc) != first
         assert value(kc, "__import__('sys').executable") == str(REMOTE_PYTHON)
         assert value(kc, "get_ipython().history_manager.enabled") is False  # as generation 1
+
+
+def test_a_memory_limit_is_the_remote_workers_too(tmp_path, sshd):
+    """`Supervisor.memory_limit` travels in the agent's start message: a Python allocation past it
+    raises MemoryError and the namespace survives; C code that aborts at it is WorkerLost naming it,
+    and the next generation there is limited as well."""
+    limit = 512 << 20
+    rlimit = "__import__('resource').getrlimit(__import__('resource').RLIMIT_DATA)"
+    with on_ssh(tmp_path, sshd, "--Supervisor.memory_limit=512M") as (km, kc):
+        execute(kc, "x = 41", timeout=60)
+        assert value(kc, rlimit, timeout=60) == (limit, limit)
+        reply, _ = execute(kc, "y = bytearray(2 << 30)", timeout=60)
+        assert reply["content"]["ename"] == "MemoryError", reply["content"]
+        assert value(kc, "x + 1") == 42
+        assert status_row(kc, "memory") == "not sampled; limit 512 MiB"
+        reply, _ = execute(kc, "import ctypes\nlibc = ctypes.CDLL(None)\nlibc.malloc.restype = ctypes.c_void_p\n"
+                               "if libc.malloc(2 << 30) is None:\n    libc.abort()", timeout=60)
+        content = reply["content"]
+        assert content["ename"] == "WorkerLost" and "aborted (SIGABRT)" in content["evalue"], content
+        assert "its memory limit is 512 MiB (Supervisor.memory_limit)" in content["evalue"]
+        assert value(kc, rlimit, timeout=60) == (limit, limit)
+        assert status_row(kc, "generation").startswith("2")
 
 
 def test_options_for_workers_reach_the_remote_kernels_command_line(tmp_path, sshd):

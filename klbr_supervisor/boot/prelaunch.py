@@ -46,6 +46,8 @@ if TYPE_CHECKING:
         @property
         def ipython_history(self) -> bool: ...
         @property
+        def memory_limit(self) -> str: ...
+        @property
         def worker_args(self) -> tuple[str, ...]: ...
         @property
         def worker_options(self) -> tuple[str, ...]: ...
@@ -179,7 +181,8 @@ class Prelaunched(Early):
     def matches(self, settings: Configured, session_id: str) -> bool:
         """The default worker, with the session id the proxy speaks as and the options it read for
         workers."""
-        return (not (settings.worker_kernel or settings.where.kind != "local" or settings.ipython_history)
+        return (not (settings.worker_kernel or settings.where.kind != "local" or settings.ipython_history
+                     or settings.memory_limit)  # a limit is set before ipykernel starts
                 and self.session_id == session_id
                 and self.args == [f"--Session.session={session_id}", *settings.worker_args, *settings.worker_options])
 
@@ -222,6 +225,7 @@ class EarlySsh(Early):
         launch = self.launch
         return (launch.placement == settings.where and (launch.ssh_command, launch.ssh_options) == settings.ssh
                 and launch.link_timeout == settings.link_timeout
+                and not settings.memory_limit  # the agent gets it in the start message, already sent
                 and launch.args == [f"--Session.session={session_id}", *settings.worker_args,
                                     *settings.worker_options])
 

@@ -3,7 +3,7 @@
 Its source is sent over ssh's stdin, as one line the remote command executes (see
 `ssh_launch.REMOTE`), so nothing of klbr needs to be installed there and nothing secret is in any
 command line. Then, on stdin, JSON lines: ``{"start": {...}}`` (its directory, the fresh key, the
-worker's bootstrap and arguments, the channels' ports, the lease), later ``{"lease": 1}``
+worker's bootstrap and arguments, the channels' ports, the lease, the memory limit or none), later ``{"lease": 1}``
 (renewed every second) and ``{"signal": N}``. On stdout:
 ``{"started": PID}`` once the kernel's sockets exist, and ``{"exited": STATUS}`` if it exits;
 ``{"failed": TEXT}`` instead when the interpreter has no ipykernel.
@@ -80,6 +80,8 @@ def main() -> None:
         return
     assert isinstance(line, str)  # a "line" event carries its line
     start = json.loads(line)["start"]
+    if start.get("memory_limit"):  # the bootstrap sets it, as a local one does (`worker.MEMORY_LIMIT`)
+        os.environ["KLBR_MEMORY_LIMIT"] = str(start["memory_limit"])
     where = start["dir"]
     if importlib.util.find_spec("ipykernel_launcher") is None:
         _say(failed=f"{sys.executable} has no ipykernel; install it there ({sys.executable} -m pip install ipykernel)")

@@ -68,6 +68,7 @@ class Launch:
         self.ssh_command = list(ssh_command)
         self.ssh_options = list(ssh_options)
         self.link_timeout = link_timeout
+        self.memory_limit: int | None = None  # `Supervisor.memory_limit`, bytes: the remote worker's
         self.local = local  # the forwarded sockets' path here, ``{local}-{port}``
         # On the remote: the agent makes it, 0700, and fails if it exists.
         self.remote_dir = f"/tmp/klbr-{os.urandom(8).hex()}"  # noqa: S108
@@ -111,7 +112,8 @@ class Launch:
             # Imported while ssh connects: `deathsig` costs milliseconds.
             from .worker import BOOTSTRAP  # noqa: PLC0415
 
-            start = {"dir": self.remote_dir, "key": self.key, "signature_scheme": self.signature_scheme,
+            start = {"dir": self.remote_dir, "memory_limit": self.memory_limit, "key": self.key,
+                     "signature_scheme": self.signature_scheme,
                      "bootstrap": BOOTSTRAP, "args": self.args, "channels": CHANNELS,
                      "lease": lease_of(self.link_timeout), **self._host_channel()}
             first = remote(self.placement.python, AGENT)[1] + json.dumps({"start": start}) + "\n"

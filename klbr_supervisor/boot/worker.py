@@ -35,9 +35,22 @@ NOTICE = "klbr worker: "
 # which also paces a flood to what the proxy takes. The count is the bootstrap's own, over the public
 # `write` and `flush`: ipykernel's timed flushes in between only make a flush come early.
 FLUSH_AT = 1 << 20
+# `Supervisor.memory_limit`, in bytes, comes in the worker's environment under this name and is set
+# as RLIMIT_DATA before ipykernel is imported: an allocation past it fails in the worker (a Python
+# one raises MemoryError in the cell), and the processes the worker starts inherit it. RLIMIT_DATA
+# counts private writable mappings (Linux 4.7 and later), what "memory a cell allocated" means;
+# RLIMIT_AS would count address space too, which libraries reserve in large areas they never use.
+MEMORY_LIMIT = "KLBR_MEMORY_LIMIT"
 BOOTSTRAP = f"""\
+import os
 import runpy
 import sys
+_limit = int(os.environ.pop("{MEMORY_LIMIT}", "") or 0)
+if _limit:
+    import resource
+    _hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
+    _limit = _limit if _hard == resource.RLIM_INFINITY else min(_limit, _hard)
+    resource.setrlimit(resource.RLIMIT_DATA, (_limit, _limit))
 import zmq
 def _absent(behaviour):
     import ipykernel

@@ -252,6 +252,9 @@ class HostService(LoggingConfigurable):
         cell = self._cell()
         generation = cell.generation
         deadline = cell.deadline
+        memory = generation.memory
+        if memory is not None:
+            memory.sample()  # what the cell asks about is its memory now, not a second ago
         done({
             "session": supervisor.store.session_id,
             "kernel_session": supervisor.session.session,
@@ -260,6 +263,8 @@ class HostService(LoggingConfigurable):
             "identity": generation.identity(),
             "cell": cell.cell_id,
             "time_left": max(0.0, deadline.remaining()) if deadline is not None else None,
+            "memory": memory.status() if memory is not None else None,
+            "memory_limit": generation.memory_limit,
         })
 
     def _call_run(self, call: str, args: dict[str, Any], done: Done) -> None:

@@ -90,6 +90,13 @@ MIGRATIONS: list[tuple[str, ...]] = [
         """CREATE INDEX cells_frontend ON cells (session_id, frontend_cell_id, id)
            WHERE frontend_cell_id IS NOT NULL""",
     ),
+    (
+        # The peak resident set (bytes) of a local worker's process tree, as sampled about once a
+        # second and at each cell's end: during a cell, and over a generation; NULL where nothing
+        # was sampled (a worker elsewhere, a cell no worker ran).
+        """ALTER TABLE cells ADD COLUMN memory_peak INTEGER""",
+        """ALTER TABLE generations ADD COLUMN memory_peak INTEGER""",
+    ),
 ]
 
 VERSION = len(MIGRATIONS)

@@ -260,7 +260,8 @@ class Store(LoggingConfigurable):
         self._submit(insert)
 
     def cell_finished(self, cell: CellRecord, *, status: str, count: int | None, error: str | None,
-                      reply: dict[str, Any] | None, generation: int | None, done: Done) -> bool:
+                      reply: dict[str, Any] | None, generation: int | None, done: Done,
+                      memory_peak: int | None = None) -> bool:
         """Record the outcome, with every output before it. True: committed now. Else `done` runs once
         it is committed (or has failed), later on the loop."""
         reply_text = json.dumps(reply, default=str) if reply is not None else None
@@ -271,8 +272,10 @@ class Store(LoggingConfigurable):
                 return
             c.execute(
                 "UPDATE cells SET status = ?, finished = ?, error = ?, reply = ?, execution_count = ?,"
-                " generation = coalesce(?, generation), output_bytes = ?, outputs_truncated = ? WHERE id = ?",
-                (status, finished, error, reply_text, count, generation, output_bytes, truncated, cell.id),
+                " generation = coalesce(?, generation), output_bytes = ?, outputs_truncated = ?, memory_peak = ?"
+                " WHERE id = ?",
+                (status, finished, error, reply_text, count, generation, output_bytes, truncated, memory_peak,
+                 cell.id),
             )
 
         if self._direct(update, done):
@@ -332,11 +335,11 @@ class Store(LoggingConfigurable):
             " VALUES (?, ?, ?, ?, ?, ?)", (session_id, number, placement, text, pid, started)))
         self.event("generation_started", {"generation": number, "pid": pid, "placement": placement})
 
-    def generation_ended(self, number: int, end_reason: str) -> None:
+    def generation_ended(self, number: int, end_reason: str, memory_peak: int | None = None) -> None:
         session_id, ended = self.session_id, now()
         self._submit(lambda c: c.execute(
-            "UPDATE generations SET ended = ?, end_reason = ? WHERE session_id = ? AND number = ?",
-            (ended, end_reason, session_id, number)))
+            "UPDATE generations SET ended = ?, end_reason = ?, memory_peak = ? WHERE session_id = ? AND number = ?",
+            (ended, end_reason, memory_peak, session_id, number)))
         self.event("generation_ended", {"generation": number, "reason": end_reason})
 
     # -- the writer --------------------------------------------------------------------------------

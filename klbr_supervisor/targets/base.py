@@ -34,6 +34,8 @@ What a kind declares, read by the generation and the supervisor (never the spec'
   last on its worker's path (`client`; a klbr installed there wins);
 - `takes_klbr_options`: its worker is an ipykernel klbr starts, which gets the proxy's session id and
   klbr's own options before the user's (any other gets the user's only, after its own argv);
+- `limits_memory`: its worker is klbr's bootstrap, which sets `Supervisor.memory_limit` on itself
+  (RLIMIT_DATA, before ipykernel starts) from its environment;
 - `check`: whether a generation can start there at all, asked before a session moves there;
   `checked_by_launch`: its launch says the same itself, so the first start does not check apart.
 """
@@ -120,6 +122,7 @@ class Target(ABC):
     remote: ClassVar[bool] = False
     host_channel: ClassVar[str | None] = "environ"
     takes_klbr_options: ClassVar[bool] = False
+    limits_memory: ClassVar[bool] = False
     checked_by_launch: ClassVar[bool] = False
 
     def __init__(self, placement: Placement, *, session: Session, given: Given, worker_kernel: str = "",

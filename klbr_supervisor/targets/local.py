@@ -50,6 +50,11 @@ class LocalTarget(ManagedTarget):
         spec = installed_spec(self.kernel_name)
         return spec is not None and any("ipykernel" in word for word in spec.argv)
 
+    @property
+    def limits_memory(self) -> bool:  # type: ignore[override]
+        """klbr's own worker applies the limit itself; a kernelspec's command is not ours."""
+        return self.arms_itself
+
     def environ(self) -> dict[str, str]:
         return dict(os.environ)
 

@@ -29,6 +29,7 @@ class PythonTarget(ManagedTarget):
     warm = True
     asks_identity = False
     takes_klbr_options = True
+    limits_memory = True
 
     def __init__(self, placement: Placement, **kwargs: Unpack[TargetArgs]):
         super().__init__(placement, **kwargs)

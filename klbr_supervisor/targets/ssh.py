@@ -26,6 +26,7 @@ from typing import Any, Unpack
 from ..boot.placement import Placement, PlacementError
 from ..boot.prelaunch import EarlySsh
 from ..boot.ssh_launch import CHANNELS, LEASE_EVERY, Launch, base_command, remote
+from ..boot.worker import MEMORY_LIMIT
 from ..exits import describe_exit
 from .base import CommonArgs, LaunchError, OnExit, SshCommand, Target
 from .pipes import LinePipe
@@ -81,6 +82,7 @@ class SshTarget(Target):
     host_channel = "forwarded"  # one more socket on its ssh, back to this machine's (`ssh_launch`)
     takes_klbr_options = True  # klbr's own bootstrap starts ipykernel there
     checked_by_launch = True  # its agent looks for ipykernel first
+    limits_memory = True  # the agent passes it to klbr's bootstrap there
 
     def __init__(self, placement: Placement, *, early: EarlySsh | None = None, worker_kernel: str = "",
                  **kwargs: Unpack[CommonArgs]):
@@ -121,6 +123,7 @@ class SshTarget(Target):
 
     async def launch(self, extra_arguments: list[str], env: dict[str, str], on_exit: OnExit) -> dict[str, Any]:
         self._on_exit = on_exit
+        self._launch.memory_limit = int(env.get(MEMORY_LIMIT) or 0) or None  # for the agent to pass on
         if self._early is not None:
             early = self._early.take()  # its lease is renewed from here on
             self._launch, process = early.launch, early.process

@@ -15,6 +15,7 @@ import {
   Assembler,
   IAnswer,
   ICellsChunk,
+  IMemory,
   IPageCell,
   IPlan,
   IRecord,
@@ -34,6 +35,7 @@ export interface IKernelState {
   kernel_session: string;
   store_session: number | null;
   status: Array<[string, string]>;
+  memory?: IMemory | null; // null (or absent, from an older kernel) until a worker here is sampled
 }
 
 /** A request the kernel refused: `name` is the protocol's error name. */

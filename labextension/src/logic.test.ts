@@ -9,6 +9,7 @@ import {
   IRecord,
   IRecordPart,
   matchByCode,
+  memoryText,
   mergeStreams,
   notice,
   plan,
@@ -162,5 +163,12 @@ describe('pushed outputs', () => {
     });
     expect(pushedOutput('clear_output', { wait: true })).toEqual({ clear: true });
     expect(pushedOutput('update_display_data', {})).toBeNull();
+  });
+});
+
+describe('memoryText', () => {
+  it('says the memory now as %klbr status does, and the limit when there is one', () => {
+    expect(memoryText({ rss: 312 * 2 ** 20, peak: 400 * 2 ** 20, limit: null })).toBe('312 MiB');
+    expect(memoryText({ rss: 1.5 * 2 ** 30, peak: 2 ** 31, limit: 8 * 2 ** 30 })).toBe('1.5 GiB of 8.0 GiB');
   });
 });

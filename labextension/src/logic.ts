@@ -317,3 +317,20 @@ export function notice(result: IPlan, followed: number): string | null {
   }
   return parts.length > 0 ? parts.join(' ') : null;
 }
+
+/** A worker's memory as the kernel samples it (bytes); `limit` is `Supervisor.memory_limit`'s. */
+export interface IMemory {
+  rss: number;
+  peak: number;
+  limit: number | null;
+}
+
+/** Bytes as `%klbr status` writes them: GiB with one decimal, else MiB. */
+export function sizeText(n: number): string {
+  return n >= 2 ** 30 ? `${(n / 2 ** 30).toFixed(1)} GiB` : `${Math.round(n / 2 ** 20)} MiB`;
+}
+
+/** The status item's words for a worker's memory: now, and its limit when it has one. */
+export function memoryText(memory: IMemory): string {
+  return memory.limit ? `${sizeText(memory.rss)} of ${sizeText(memory.limit)}` : sizeText(memory.rss);
+}

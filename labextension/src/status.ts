@@ -1,6 +1,6 @@
 /**
- * The status bar item of a klbr notebook: generation, placement, recording (or PAUSED), kept current
- * by the kernel's `state` pushes; a click shows what `%klbr status` shows, with two actions.
+ * The status bar item of a klbr notebook: generation, placement, recording (or PAUSED) and the
+ * worker's memory when the kernel samples it, kept current by the kernel's `state` pushes; a click shows what `%klbr status` shows, with two actions.
  */
 
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
@@ -8,11 +8,13 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
 import { IKernelState, KlbrConnection } from './connection';
+import { memoryText } from './logic';
 
 export function stateText(state: IKernelState): string {
   const recording = state.recording === 'recording' ? 'recording' : state.recording === 'paused' ? 'PAUSED' : 'not recording';
   const generation = state.generation !== null ? `generation ${state.generation}` : 'no generation';
-  return `klbr: ${generation} · ${state.placement} · ${recording}`;
+  const memory = state.memory ? ` · ${memoryText(state.memory)}` : '';
+  return `klbr: ${generation} · ${state.placement} · ${recording}${memory}`;
 }
 
 export class KlbrStatus extends Widget {

@@ -1,0 +1,152 @@
+"""A local worker's memory: sampled, shown by `%klbr status`, kept in the cell log, and named as the
+likely cause when a worker dies of it."""
+
+from __future__ import annotations
+
+import os
+import re
+import signal
+import sqlite3
+from pathlib import Path
+
+import pytest
+
+from conftest import collect, execute, start_kernel, status_row, until, value, wait_for_stream, worker_pid
+from klbr_supervisor.memory import Sample, parse_size, size_text, verdict
+
+MiB = 1 << 20
+ROOT = Path(__file__).parent.parent
+OLDEST = ROOT / ".venv-ipykernel" / "bin" / "python"  # `python:`'s interpreter (`make .venv-ipykernel/.ready`)
+_SIZE = re.compile(r"([\d.]+) (MiB|GiB)")
+
+
+def _bytes(text: str) -> list[int]:
+    """The sizes `%klbr status` wrote, in order, in bytes (to the precision it wrote them)."""
+    return [int(float(n) * (MiB if unit == "MiB" else 1 << 30)) for n, unit in _SIZE.findall(text)]
+
+
+def test_sizes_read_and_written():
+    assert parse_size("512M") == 512 * MiB and parse_size("8G") == 8 << 30 and parse_size("1.5GiB") == 3 << 29
+    assert parse_size("1000") == 1000 and parse_size(0) == 0
+    with pytest.raises(ValueError, match="not a size"):
+        parse_size("lots")
+    assert size_text(300 * MiB) == "300 MiB" and size_text(int(21.3 * (1 << 30))) == "21.3 GiB"
+
+
+def test_the_verdict_claims_memory_only_with_a_sign():
+    kill, near, low = -signal.SIGKILL, Sample(900 * MiB, 900 * MiB, 1000 * MiB), Sample(100 * MiB, 100 * MiB, 1000 * MiB)
+    assert verdict(kill, asked=False, last=near, limit=None, oom_killed=False) == \
+        "most likely out of memory: it used 900 MiB, with about 1000 MiB available"
+    assert verdict(kill, asked=False, last=low, limit=None, oom_killed=False) is None
+    assert verdict(kill, asked=False, last=None, limit=None, oom_killed=False) is None
+    assert verdict(kill, asked=True, last=near, limit=None, oom_killed=True) is None  # klbr's own kill
+    assert verdict(kill, asked=False, last=low, limit=None, oom_killed=True) == "out of memory (the system killed it)"
+    assert verdict(3, asked=False, last=near, limit=None, oom_killed=False) is None
+    assert "Supervisor.memory_limit" in verdict(kill, asked=False, last=near, limit=1000 * MiB, oom_killed=False)
+    assert "512 MiB" in verdict(-signal.SIGABRT, asked=False, last=low, limit=512 * MiB, oom_killed=False)
+    assert verdict(-signal.SIGABRT, asked=False, last=low, limit=None, oom_killed=False) is None
+
+
+def test_status_and_the_cell_log_show_a_workers_memory(tmp_path):
+    db = tmp_path / "log.sqlite3"
+    with start_kernel(env={"KLBR_DB": str(db)}) as (km, kc):
+        small, _ = execute(kc, "1 + 1")
+        now, peak = _bytes(status_row(kc, "memory"))[:2]
+        assert 10 * MiB < now <= peak < 1 << 30
+        assert status_row(kc, "memory").endswith("no limit")
+        found = value(kc, "from klbr_kernel import host\nhost.inspect()")
+        assert found["memory"]["limit"] is None and found["memory_limit"] is None
+        assert 10 * MiB < found["memory"]["rss"] <= found["memory"]["peak"] < 1 << 30
+        big, _ = execute(kc, "x = b'1' * (300 << 20)")  # touched, so resident
+        assert big["content"]["status"] == "ok"
+        execute(kc, "del x")
+        now, peak = _bytes(status_row(kc, "memory"))[:2]
+        assert peak >= 300 * MiB > now
+    log = sqlite3.connect(db)
+
+    def cell_peak(reply: dict) -> int:
+        (found,) = log.execute("SELECT memory_peak FROM cells WHERE msg_id = ?",
+                               (reply["parent_header"]["msg_id"],)).fetchone()
+        return found
+
+    assert 10 * MiB < cell_peak(small) < 300 * MiB <= cell_peak(big)
+    generation = until(lambda: log.execute("SELECT memory_peak FROM generations WHERE number = 1"
+                                           " AND ended IS NOT NULL").fetchone(), 10, "the generation's end")
+    assert generation[0] >= 300 * MiB
+
+
+def test_inspect_says_the_workers_memory_and_its_limit():
+    with start_kernel(extra_arguments=["--Supervisor.memory_limit=512M"]) as (km, kc):
+        execute(kc, "from klbr_kernel import host")
+        found = value(kc, "host.inspect()")
+        assert found["memory_limit"] == 512 * MiB
+        before = found["memory"]
+        assert 10 * MiB < before["rss"] <= before["peak"] < 512 * MiB and before["limit"] == 512 * MiB
+        # Sampled when asked: what a cell just allocated (touched, so resident) is in the next answer.
+        grown = value(kc, "x = b'1' * (200 << 20)\nhost.inspect()['memory']")
+        assert grown["rss"] >= before["rss"] + 190 * MiB and grown["peak"] >= grown["rss"]
+        after = value(kc, "del x\nhost.inspect()['memory']")
+        assert after["rss"] < grown["rss"] - 150 * MiB and after["peak"] >= grown["rss"]
+
+
+# A cell that holds what it allocates in pages it has touched (resident), then says so and waits to be
+# killed; `host.inspect()` takes a sample at once, so the last sample before the kill is this one. (Its
+# client's first call starts a thread, whose stack counts against the limit: made before growing.)
+GROWN = ("from klbr_kernel import host\nhost.inspect()\nx = b'1' * ({mib} << 20)\nhost.inspect()\n"
+         "print('grown', flush=True)\nimport time\ntime.sleep(120)")
+
+
+def _killed_from_outside(kc, code: str) -> dict:
+    """Run `code` until it prints, SIGKILL its worker from here (as the OOM killer would), and
+    return the cell's reply."""
+    pid = worker_pid(kc)
+    msg_id = kc.execute(code)
+    wait_for_stream(kc, msg_id)
+    os.kill(pid, signal.SIGKILL)
+    reply, _ = collect(kc, msg_id)
+    content = reply["content"]
+    assert content["ename"] == "WorkerLost" and "killed by signal 9 (SIGKILL)" in content["evalue"], content
+    return content
+
+
+@pytest.mark.parametrize("options", [[], ["--Supervisor.memory_limit=512M"]], ids=["no-limit", "limit"])
+def test_a_worker_killed_at_low_memory_is_not_called_out_of_memory(options):
+    with start_kernel(extra_arguments=options) as (km, kc):
+        content = _killed_from_outside(kc, GROWN.format(mib=20))
+        assert "memory" not in content["evalue"]
+
+
+def test_a_worker_killed_near_its_limit_is_most_likely_out_of_memory():
+    with start_kernel(extra_arguments=["--Supervisor.memory_limit=512M"]) as (km, kc):
+        content = _killed_from_outside(kc, GROWN.format(mib=320))
+        found = re.search(r"most likely out of memory: it used (\d+) MiB, with about 512 MiB available", content["evalue"])
+        assert found and 410 <= int(found[1]) <= 512, content["evalue"]
+        assert "Supervisor.memory_limit" in content["evalue"]
+
+
+# A cell that allocates in C, as a library would, and aborts when the allocation fails.
+C_ABORT = ("import ctypes\nlibc = ctypes.CDLL(None)\nlibc.malloc.restype = ctypes.c_void_p\n"
+           "if libc.malloc(2 << 30) is None:\n    libc.abort()")
+
+
+@pytest.mark.parametrize("where", ["local", "python"])
+def test_a_memory_limit_fails_the_cell_and_the_kernel_serves_on(where):
+    options = ["--Supervisor.memory_limit=512M"]
+    env = None
+    if where == "python":
+        assert OLDEST.exists(), f"{OLDEST} is missing: make .venv-ipykernel/.ready"
+        options.append(f"--Supervisor.placement=python:{OLDEST}")
+        env = {"PYTHONPATH": str(ROOT)}
+    with start_kernel(extra_arguments=options, env=env) as (km, kc):
+        execute(kc, "x = 41")
+        pid = worker_pid(kc)
+        reply, _ = execute(kc, "y = bytearray(2 << 30)")
+        assert reply["content"]["ename"] == "MemoryError", reply["content"]
+        assert value(kc, "x + 1") == 42 and worker_pid(kc) == pid  # the namespace, the same worker
+        assert status_row(kc, "memory").endswith("limit 512 MiB")
+        reply, _ = execute(kc, C_ABORT)
+        content = reply["content"]
+        assert content["ename"] == "WorkerLost" and "aborted (SIGABRT)" in content["evalue"], content
+        assert "its memory limit is 512 MiB (Supervisor.memory_limit)" in content["evalue"]
+        assert execute(kc, "x")[0]["content"]["ename"] == "NameError"  # a new generation
+        assert worker_pid(kc) != pid and status_row(kc, "generation").startswith("2")
