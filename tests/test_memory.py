@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import collect, execute, start_kernel, status_row, until, value, wait_for_stream, worker_pid
 from klbr_supervisor.memory import Sample, parse_size, size_text, verdict
+from utils import collect, execute, start_kernel, status_row, until, value, wait_for_stream, worker_pid
 
 MiB = 1 << 20
 ROOT = Path(__file__).parent.parent

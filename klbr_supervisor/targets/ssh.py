@@ -129,7 +129,9 @@ class SshTarget(Target):
             self._launch, process = early.launch, early.process
         else:
             self._launch.args = list(extra_arguments)
-            self._launch.host, self._launch.client = dict(env), dict(self.given.client)
+            # the host channel's part of it: the limit travels as the start's own key
+            self._launch.host = {name: value for name, value in env.items() if name != MEMORY_LIMIT}
+            self._launch.client = dict(self.given.client)
             try:
                 process = self._launch.spawn()
             except OSError as e:
