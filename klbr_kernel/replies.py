@@ -46,8 +46,12 @@ class Replies:
         if not dropped:
             return
         record = req.record
-        where = (f"the cell log has every one: `%klbr replay {record.id}`" if record is not None and record.id is not None
-                 else "they were not recorded either")
+        if record is None or record.id is None:
+            where = "they were not recorded either"
+        elif record.truncated:  # past `Store.max_output_bytes`, the log counts outputs instead of keeping them
+            where = f"the cell log kept this cell's outputs up to its size limit: `%klbr replay {record.id}`"
+        else:
+            where = f"the cell log has every one: `%klbr replay {record.id}`"
         text = (f"klbr: {dropped} outputs of this request were not delivered, because the frontend did not "
                 f"read them fast enough; {where}.\n")
         self.frontend.send_iopub("stream", {"name": "stderr", "text": text}, req.header, keep=True)

@@ -31,8 +31,9 @@ NOTICE = "klbr worker: "
 # Its stdout and stderr also flush by size: ipykernel buffers everything written between its 0.2 s
 # flushes and sends it as one message, so a cell printing 1 GiB in 64 KiB writes made one 1 GiB
 # message (the worker held three copies, the proxy one). Once FLUSH_AT characters were written to a
-# stream since the bootstrap last flushed it, the writing thread flushes and waits for the send,
-# which also paces a flood to what the proxy takes. The count is the bootstrap's own, over the public
+# stream since the bootstrap last flushed it, the writing thread flushes and waits for the send
+# (the hand-over to the iopub socket, which has no mark: it paces the worker to its own sending,
+# not to the proxy's reading). The count is the bootstrap's own, over the public
 # `write` and `flush`: ipykernel's timed flushes in between only make a flush come early.
 FLUSH_AT = 1 << 20
 # `Supervisor.memory_limit`, in bytes, comes in the worker's environment under this name and is set
