@@ -71,7 +71,8 @@ class Frontend:
                 loop.call_soon(self._received, channel, frames)
         for name, sock in sockets.items():
             handler = self._subscription if name == "iopub" else (lambda f, n=name: self._received(n, f))
-            self._channels[name] = Channel(f"frontend.{name}", sock, handler)
+            # iopub receives subscriptions (Frames, read by `_subscription`); the rest, requests as bytes.
+            self._channels[name] = Channel(f"frontend.{name}", sock, handler, copy=name != "iopub")
         self.outbox = Outbox(self._channels["iopub"])
 
     def close(self) -> None:

@@ -30,6 +30,7 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE = int(zmq.SNDMORE)
 _POLLIN = int(zmq.POLLIN)
 _EVENTS = int(zmq.EVENTS)
+_RCVMORE = int(zmq.RCVMORE)
 
 
 class Channel:
@@ -39,10 +40,19 @@ class Channel:
     sockets); `close()` stops delivery at once, so a closed channel can never call back.
     """
 
-    def __init__(self, name: str, socket: zmq.Socket[bytes], on_message: Callable[[Frames], None]):
+    def __init__(self, name: str, socket: zmq.Socket[bytes], on_message: Callable[[Frames], None], *,
+                 copy: bool = False):
+        """`copy`: frames are received as bytes, not `zmq.Frame`s (the path every cell takes: a
+        Frame is a Python object whose every attribute goes through pyzmq's `__getattr__`, and its
+        bytes are a copy anyway once a decision reads them)."""
         self.name = name
         self.socket = socket
         self._on_message = on_message
+        self._copy = copy
+        # Bound once: every attribute of a pyzmq socket is looked up through its `__getattr__` hook.
+        self._recv = socket.recv
+        self._get = socket.get
+        self._send = socket.send
         self._loop = asyncio.get_running_loop()
         self._fd = socket.fileno()  # the FD option, typed as the int it is
         self._scheduled = False
@@ -84,7 +94,7 @@ class Channel:
         return True
 
     def _put(self, frames: Sequence[bytes | zmq.Frame], copy: bool) -> None:
-        send = self.socket.send
+        send = self._send
         try:
             # A multipart message is queued atomically: if the first part goes, all parts go.
             for frame in frames[:-1]:
@@ -125,17 +135,20 @@ class Channel:
 
     def _drain_batch(self) -> bool:
         """Deliver up to one batch; True when more may be waiting."""
-        sock = self.socket
+        recv, get, copy = self._recv, self._get, self._copy
         for _ in range(_BATCH):
             if self.closed:
                 return False
             try:
                 # Ask first: a failed non-blocking recv raises, and exceptions cost more than asking.
-                # EVENTS is an int option; pyzmq types every option's value int | bytes, and narrowing
-                # here would cost on every message.
-                if not sock.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # EVENTS is an int
+                # EVENTS and RCVMORE are int options; pyzmq types every option's value int | bytes,
+                # and narrowing here would cost on every frame.
+                if not get(_EVENTS) & _POLLIN:  # type: ignore[operator]  # EVENTS is an int
                     return False
-                frames = sock.recv_multipart(_NOBLOCK, copy=False)
+                # recv_multipart's loop, without its attribute lookups per frame.
+                frames: Frames = [recv(_NOBLOCK, copy=copy)]
+                while get(_RCVMORE):
+                    frames.append(recv(_NOBLOCK, copy=copy))
             except zmq.Again:
                 return False
             except zmq.ZMQError as e:
