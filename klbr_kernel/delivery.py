@@ -152,7 +152,7 @@ class Delivery:
             # is retried), idle when it is finished; status about anything else is not forwarded.
             if req is None or not req.with_worker:
                 return
-            state = wire.content.get("execution_state")
+            state = wire.execution_state
             if state == "busy" and not req.busy_sent:
                 req.busy_sent = True
                 frontend.publish(wire)

@@ -14,6 +14,11 @@ from .protocol import DELIM, Frames, MalformedMessage, as_bytes, split
 
 __all__ = ["MalformedMessage", "Wire"]
 
+# A status's content as jupyter_client spells it (json.dumps; orjson, where installed, drops the
+# spaces): matched as bytes, so the busy and idle around every request need no JSON decode.
+_STATES = {b'{"execution_state": "busy"}': "busy", b'{"execution_state": "idle"}': "idle",
+           b'{"execution_state":"busy"}': "busy", b'{"execution_state":"idle"}': "idle"}
+
 
 @dataclass(slots=True)
 class Wire:
@@ -67,6 +72,13 @@ class Wire:
         if self._content is None:
             self._content = json.loads(as_bytes(self.body[4]))
         return self._content
+
+    @property
+    def execution_state(self) -> Any:
+        """A status message's `execution_state`: read from its content's bytes when they are
+        spelled as above, else decoded (whatever JSON the worker sent)."""
+        state = _STATES.get(as_bytes(self.body[4]))
+        return state if state is not None else self.content.get("execution_state")
 
     def frames(self) -> Frames:
         """Frames to send on a DEALER toward a worker, or after a frontend identity."""
