@@ -101,7 +101,19 @@ class Channel:
                 send(frame, _NOBLOCK | _SNDMORE, copy=copy)
             send(frames[-1], _NOBLOCK, copy=copy)
         finally:
-            # A send can consume the FD's edge for messages that arrived meanwhile.
+            self._after_send()
+
+    def _after_send(self) -> None:
+        """A send can consume the FD's edge for messages that arrived meanwhile: ask the socket
+        (which re-arms the edge, as pyzmq's asyncio sockets do) and deliver on the next turn only if
+        something is waiting, instead of a turn of the loop after every send."""
+        if self._scheduled or self.closed:
+            return
+        try:
+            waiting = self._get(_EVENTS) & _POLLIN  # type: ignore[operator]  # EVENTS is an int
+        except zmq.ZMQError:
+            waiting = True  # the next turn's receive reports what is wrong
+        if waiting:
             self._schedule()
 
     def drain(self) -> None:
