@@ -30,7 +30,9 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE = int(zmq.SNDMORE)
 _POLLIN = int(zmq.POLLIN)
 _EVENTS = int(zmq.EVENTS)
-_RCVMORE = int(zmq.RCVMORE)
+# Frames below this are received as bytes on a `copy` channel; larger ones stay Frames, forwarded
+# without a copy (pyzmq's own threshold for sending uncopied).
+_SMALL = zmq.COPY_THRESHOLD
 
 
 class Channel:
@@ -42,9 +44,9 @@ class Channel:
 
     def __init__(self, name: str, socket: zmq.Socket[bytes], on_message: Callable[[Frames], None], *,
                  copy: bool = False):
-        """`copy`: frames are received as bytes, not `zmq.Frame`s (the path every cell takes: a
-        Frame is a Python object whose every attribute goes through pyzmq's `__getattr__`, and its
-        bytes are a copy anyway once a decision reads them)."""
+        """`copy`: frames under 64 KiB are handed on as bytes, not `zmq.Frame`s (the path every
+        cell takes: a Frame is a Python object whose every attribute goes through pyzmq's
+        `__getattr__`, and its bytes are a copy anyway once a decision reads them)."""
         self.name = name
         self.socket = socket
         self._on_message = on_message
@@ -157,10 +159,15 @@ class Channel:
                 # and narrowing here would cost on every frame.
                 if not get(_EVENTS) & _POLLIN:  # type: ignore[operator]  # EVENTS is an int
                     return False
-                # recv_multipart's loop, without its attribute lookups per frame.
-                frames: Frames = [recv(_NOBLOCK, copy=copy)]
-                while get(_RCVMORE):
-                    frames.append(recv(_NOBLOCK, copy=copy))
+                # recv_multipart's loop, without its attribute lookups and its RCVMORE option call
+                # per frame (pyzmq's `get` makes an enum of the option each time): a received
+                # Frame carries that flag already.
+                frames: Frames = []
+                while True:
+                    frame = recv(_NOBLOCK, copy=False)
+                    frames.append(frame.bytes if copy and len(frame) < _SMALL else frame)
+                    if not frame.more:
+                        break
             except zmq.Again:
                 return False
             except zmq.ZMQError as e:
