@@ -10,7 +10,7 @@ BIN := $(VENV)/bin
 MODULES := $(shell ls klbr_kernel/*.py klbr_supervisor/*.py klbr_supervisor/*/*.py | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.klbr-installed-$(MODULES)
 
-.PHONY: demo test lint bench peers docs bytecode browser-deps ssh-deps labextension check-labextension clean
+.PHONY: demo test lint bench bench-deps peers docs bytecode browser-deps ssh-deps labextension check-labextension clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -76,6 +76,13 @@ browser-deps:
 ssh-deps:
 	@test -x /usr/sbin/sshd && command -v ssh >/dev/null 2>&1 || { \
 		(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; }
+
+# Debian's valgrind for the proxy's instruction count per cell (`benchmarks/proxy_cost.py
+# --callgrind`): a benchmark's tool, never needed by `make test`. (No hardware counters in this VM,
+# so `perf stat` cannot count instructions here.)
+bench-deps:
+	@command -v valgrind >/dev/null 2>&1 && command -v callgrind_control >/dev/null 2>&1 || { \
+		(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
 
 # A second interpreter for `python:` placement tests and benchmarks: a venv with ipykernel and
 # nothing of klbr, as a user's other project would have. It holds the oldest ipykernel pyproject

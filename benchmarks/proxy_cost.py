@@ -5,10 +5,17 @@ CPU of the kernel process alone (every thread of it, from
 taking turns in blocks so drift on the machine hits both alike; plain ipykernel's CPU per cell (its
 kernel process is the whole kernel) beside it, and the proxy's as a share of it.
 
-A deterministic mode under valgrind's callgrind is not here: valgrind 3.19 (Debian's) does not
-implement pidfd_open, which the supervisor watches every worker with, so no generation starts.
+With --callgrind, the deterministic figure for an A/B of one change: instructions the proxy process
+executes per trivial cell (every thread of it; the workers, its children, run natively and are not
+counted), the kernel run under valgrind's callgrind. After warm-up cells and a pause for the
+standby worker to start, the counters are zeroed (`callgrind_control -z`), a fixed number of
+trivial cells run, and the counters are dumped (`callgrind_control -d`): load on the machine slows
+the run but does not change the count. (valgrind answers ENOSYS for pidfd_open; the kernel then
+watches each worker with a thread in waitid, which costs nothing per cell.) `make bench-deps`
+installs valgrind.
 
     .venv/bin/python benchmarks/proxy_cost.py [--cells 3000] [--repeat N]
+    .venv/bin/python benchmarks/proxy_cost.py --callgrind [--cells 200] [--repeat N]
 """
 
 from __future__ import annotations
@@ -17,9 +24,17 @@ import argparse
 import glob
 import json
 import os
+import re
+import shutil
 import statistics
+import subprocess
+import sys
 import tempfile
+import time
+from contextlib import contextmanager
 from pathlib import Path
+
+from jupyter_client.manager import KernelManager
 
 from measures import kernel, rotated, run_cell
 
@@ -59,9 +74,72 @@ def proc_mode(cells: int, block: int) -> dict[str, float]:
             "proxy share of ipykernel's CPU per cell": per_cell["klbr"] / per_cell["ipykernel"]}
 
 
+@contextmanager
+def under_callgrind(workdir: Path):
+    """A klbr kernel whose proxy process runs under callgrind (its children natively), and the
+    directory its dumps are written to."""
+    spec = workdir / "kernels" / "klbr-callgrind"
+    spec.mkdir(parents=True)
+    (spec / "kernel.json").write_text(json.dumps({
+        "argv": ["valgrind", "--quiet", "--tool=callgrind", "--trace-children=no", "--vgdb=yes",
+                 f"--callgrind-out-file={workdir}/callgrind.out.%p",
+                 sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}"],
+        "display_name": "klbr under callgrind", "language": "python", "interrupt_mode": "message",
+    }))
+    os.environ["JUPYTER_PATH"] = os.pathsep.join([str(workdir), *filter(None, [os.environ.get("JUPYTER_PATH")])])
+    km = KernelManager(kernel_name="klbr-callgrind")
+    km.start_kernel()
+    kc = km.client()
+    kc.start_channels()
+    try:
+        kc.wait_for_ready(timeout=600)
+        yield km, kc
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel(now=False)
+
+
+def dumped_instructions(workdir: Path, pid: int) -> int:
+    """Instructions counted since the last zeroing, from the dump `callgrind_control -d` just wrote."""
+    dumps = sorted(workdir.glob(f"callgrind.out.{pid}.*"), key=lambda p: p.stat().st_mtime)
+    text = dumps[-1].read_text()
+    found = re.search(r"^(?:summary|totals):\s+(\d+)", text, re.MULTILINE)
+    if found is None:
+        msg = f"no instruction total in {dumps[-1]}"
+        raise RuntimeError(msg)
+    return int(found.group(1))
+
+
+def callgrind_mode(cells: int, warmup: int) -> dict[str, float]:
+    """Instructions of the proxy process per trivial cell over `cells` cells."""
+    control = shutil.which("callgrind_control")
+    if shutil.which("valgrind") is None or control is None:
+        msg = "valgrind is not installed: make bench-deps"
+        raise SystemExit(msg)
+    workdir = Path(tempfile.mkdtemp(prefix="klbr-callgrind-"))
+    try:
+        with under_callgrind(workdir) as (km, kc):
+            pid = km.provisioner.process.pid
+            for _ in range(warmup):
+                run_cell(kc, "pass")
+            time.sleep(10)  # the standby worker starts a second after the first generation is ready
+            run_cell(kc, "pass")
+            subprocess.run([control, "-z", str(pid)], check=True, capture_output=True)  # noqa: S603 — valgrind's tool, our kernel's pid
+            for _ in range(cells):
+                run_cell(kc, "pass")
+            subprocess.run([control, "-d", str(pid)], check=True, capture_output=True)  # noqa: S603 — valgrind's tool, our kernel's pid
+            total = dumped_instructions(workdir, pid)
+    finally:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return {"cells": cells, "klbr proxy process instructions per trivial cell": round(total / cells)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--cells", type=int, default=3000, help="trivial cells measured per kernel")
+    ap.add_argument("--callgrind", action="store_true",
+                    help="instructions per cell of the proxy process under callgrind, instead of CPU time")
+    ap.add_argument("--cells", type=int, help="trivial cells measured per kernel (3000; 200 with --callgrind)")
+    ap.add_argument("--warmup", type=int, default=50, help="with --callgrind: cells run before counting")
     ap.add_argument("--block", type=int, default=100, help="cells per turn")
     ap.add_argument("--repeat", type=int, default=1, help="runs; the median of each figure is printed too")
     args = ap.parse_args()
@@ -70,7 +148,10 @@ def main() -> None:
     os.environ.setdefault("KLBR_DB", os.path.join(tempfile.mkdtemp(prefix="klbr-proxy-cost-"), "klbr.sqlite3"))
     runs = []
     for _ in range(args.repeat):
-        runs.append(proc_mode(args.cells, args.block))
+        if args.callgrind:
+            runs.append(callgrind_mode(args.cells or 200, args.warmup))
+        else:
+            runs.append(proc_mode(args.cells or 3000, args.block))
         print(json.dumps(runs[-1]), flush=True)
     if args.repeat > 1:
         print("median:", json.dumps({k: statistics.median(r[k] for r in runs) for k in runs[0]}))

@@ -10,7 +10,6 @@ replies to it (ipykernel drops what its handler raised on) is answered here afte
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 
@@ -18,7 +17,7 @@ from jupyter_client.session import Session
 
 from klbr_supervisor.protocol import Frames
 from klbr_supervisor.supervisor import Supervisor
-from klbr_supervisor.wire import Wire
+from klbr_supervisor.wire import Wire, loads
 
 from .answers import Answers
 from .boundary import Boundary
@@ -86,7 +85,7 @@ class Delivery:
         if not req.content.get("stop_on_error", True) and req.body is None:
             return req.wire.frames()
         body = req.wire.body
-        msg = {"header": req.header, "parent_header": req.wire.parent, "metadata": json.loads(bytes(body[3])),
+        msg = {"header": req.header, "parent_header": req.wire.parent, "metadata": loads(bytes(body[3])),
                "content": dict(req.content, stop_on_error=False, code=req.worker_code)}
         return [*self._session.serialize(msg), *body[5:]]
 
@@ -152,7 +151,7 @@ class Delivery:
             # is retried), idle when it is finished; status about anything else is not forwarded.
             if req is None or not req.with_worker:
                 return
-            state = wire.content.get("execution_state")
+            state = wire.execution_state
             if state == "busy" and not req.busy_sent:
                 req.busy_sent = True
                 frontend.publish(wire)

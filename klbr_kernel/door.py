@@ -23,13 +23,14 @@ leave its reply, and every shell request queued behind it, waiting forever.
 from __future__ import annotations
 
 import hashlib
-import json
 import re
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
 from dateutil.parser import isoparse
 from jupyter_client.jsonutil import ISO8601_PAT
+
+from klbr_supervisor.wire import loads
 
 from .requests import Request
 
@@ -112,8 +113,8 @@ def admit(channel: str, wire: Wire, *, signed: bool) -> Request:
     body = wire.body
     raw_metadata, raw_content = bytes(body[3]), bytes(body[4])
     try:
-        metadata = json.loads(raw_metadata)
-        content = json.loads(raw_content)
+        metadata = loads(raw_metadata)
+        content = loads(raw_content)
     except (ValueError, RecursionError) as e:  # not UTF-8, not JSON, or nested past the parser's depth
         msg = f"metadata or content is not JSON: {e}"
         raise Refused(msg) from None

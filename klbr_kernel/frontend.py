@@ -10,7 +10,6 @@ by the `Session`, with the proxy's one session id) or forwards a worker's frames
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 from collections.abc import Callable
 from typing import Any
@@ -20,7 +19,7 @@ from jupyter_client.session import Session
 
 from klbr_supervisor import protocol
 from klbr_supervisor.sockets import Channel
-from klbr_supervisor.wire import MalformedMessage, Wire
+from klbr_supervisor.wire import MalformedMessage, Wire, loads
 
 from . import early, encryption
 from .drops import Drops
@@ -71,7 +70,8 @@ class Frontend:
                 loop.call_soon(self._received, channel, frames)
         for name, sock in sockets.items():
             handler = self._subscription if name == "iopub" else (lambda f, n=name: self._received(n, f))
-            self._channels[name] = Channel(f"frontend.{name}", sock, handler)
+            # iopub receives subscriptions (Frames, read by `_subscription`); the rest, requests as bytes.
+            self._channels[name] = Channel(f"frontend.{name}", sock, handler, copy=name != "iopub")
         self.outbox = Outbox(self._channels["iopub"])
 
     def close(self) -> None:
@@ -114,7 +114,7 @@ class Frontend:
         header, parent, _, _ = protocol.verify(body, self.session.sign if self.session.auth is not None else None)
         signature = protocol.as_bytes(body[0])
         try:
-            header_object, parent_object = json.loads(header), json.loads(parent)
+            header_object, parent_object = loads(header), loads(parent)
         except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested past the parser's depth
             msg = "header is not JSON"
             raise MalformedMessage(msg) from None

@@ -24,6 +24,7 @@ import zmq
 from jupyter_client.session import Session
 from zmq.utils.monitor import parse_monitor_message
 
+from .protocol import Frames
 from .sockets import Channel
 
 # The worker channels the proxy talks on; heartbeat is not used (we watch the process itself).
@@ -36,9 +37,10 @@ class WorkerChannels:
     """Created by a `Generation` once its worker is launched; closed when the generation ends."""
 
     def __init__(self, name: str, context: zmq.Context[zmq.Socket[bytes]], session: Session,
-                 on_message: Callable[[str, list[zmq.Frame]], None], on_change: Callable[[], None],
+                 on_message: Callable[[str, Frames], None], on_change: Callable[[], None],
                  log: logging.Logger):
-        """`on_message(channel, frames)` receives every message from the worker, on the loop;
+        """`on_message(channel, frames)` receives every message from the worker (its frames as bytes),
+        on the loop;
         `on_change()` is called whenever a channel connects or disconnects."""
         self._name = name
         self._context = context
@@ -75,7 +77,7 @@ class WorkerChannels:
             monitor = sock.get_monitor_socket(_EVENTS)
             self._monitors[name] = Channel(f"{self._name}.{name}-monitor", monitor, partial(self._event, name))
             sock.connect(endpoints[name])
-            self._channels[name] = Channel(f"{self._name}.{name}", sock, partial(self._on_message, name))
+            self._channels[name] = Channel(f"{self._name}.{name}", sock, partial(self._on_message, name), copy=True)
 
     def connected(self, channel: str) -> bool:
         return channel in self._connected

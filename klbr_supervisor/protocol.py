@@ -34,6 +34,8 @@ class BadSignature(MalformedMessage):
 
 def as_bytes(frame: Any) -> bytes:
     """A received frame's bytes (a `zmq.Frame`, or bytes already)."""
+    if type(frame) is bytes:  # received with copy=True: the common case, asked first
+        return frame
     return frame.bytes if hasattr(frame, "bytes") else bytes(frame)
 
 

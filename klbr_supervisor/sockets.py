@@ -30,6 +30,9 @@ _NOBLOCK = int(zmq.NOBLOCK)
 _SNDMORE = int(zmq.SNDMORE)
 _POLLIN = int(zmq.POLLIN)
 _EVENTS = int(zmq.EVENTS)
+# Frames below this are received as bytes on a `copy` channel; larger ones stay Frames, forwarded
+# without a copy (pyzmq's own threshold for sending uncopied).
+_SMALL = zmq.COPY_THRESHOLD
 
 
 class Channel:
@@ -39,10 +42,19 @@ class Channel:
     sockets); `close()` stops delivery at once, so a closed channel can never call back.
     """
 
-    def __init__(self, name: str, socket: zmq.Socket[bytes], on_message: Callable[[Frames], None]):
+    def __init__(self, name: str, socket: zmq.Socket[bytes], on_message: Callable[[Frames], None], *,
+                 copy: bool = False):
+        """`copy`: frames under 64 KiB are handed on as bytes, not `zmq.Frame`s (the path every
+        cell takes: a Frame is a Python object whose every attribute goes through pyzmq's
+        `__getattr__`, and its bytes are a copy anyway once a decision reads them)."""
         self.name = name
         self.socket = socket
         self._on_message = on_message
+        self._copy = copy
+        # Bound once: every attribute of a pyzmq socket is looked up through its `__getattr__` hook.
+        self._recv = socket.recv
+        self._get = socket.get
+        self._send = socket.send
         self._loop = asyncio.get_running_loop()
         self._fd = socket.fileno()  # the FD option, typed as the int it is
         self._scheduled = False
@@ -84,14 +96,26 @@ class Channel:
         return True
 
     def _put(self, frames: Sequence[bytes | zmq.Frame], copy: bool) -> None:
-        send = self.socket.send
+        send = self._send
         try:
             # A multipart message is queued atomically: if the first part goes, all parts go.
             for frame in frames[:-1]:
                 send(frame, _NOBLOCK | _SNDMORE, copy=copy)
             send(frames[-1], _NOBLOCK, copy=copy)
         finally:
-            # A send can consume the FD's edge for messages that arrived meanwhile.
+            self._after_send()
+
+    def _after_send(self) -> None:
+        """A send can consume the FD's edge for messages that arrived meanwhile: ask the socket
+        (which re-arms the edge, as pyzmq's asyncio sockets do) and deliver on the next turn only if
+        something is waiting, instead of a turn of the loop after every send."""
+        if self._scheduled or self.closed:
+            return
+        try:
+            waiting = self._get(_EVENTS) & _POLLIN  # type: ignore[operator]  # EVENTS is an int
+        except zmq.ZMQError:
+            waiting = True  # the next turn's receive reports what is wrong
+        if waiting:
             self._schedule()
 
     def drain(self) -> None:
@@ -125,17 +149,25 @@ class Channel:
 
     def _drain_batch(self) -> bool:
         """Deliver up to one batch; True when more may be waiting."""
-        sock = self.socket
+        recv, get, copy = self._recv, self._get, self._copy
         for _ in range(_BATCH):
             if self.closed:
                 return False
             try:
                 # Ask first: a failed non-blocking recv raises, and exceptions cost more than asking.
-                # EVENTS is an int option; pyzmq types every option's value int | bytes, and narrowing
-                # here would cost on every message.
-                if not sock.getsockopt(_EVENTS) & _POLLIN:  # type: ignore[operator]  # EVENTS is an int
+                # EVENTS and RCVMORE are int options; pyzmq types every option's value int | bytes,
+                # and narrowing here would cost on every frame.
+                if not get(_EVENTS) & _POLLIN:  # type: ignore[operator]  # EVENTS is an int
                     return False
-                frames = sock.recv_multipart(_NOBLOCK, copy=False)
+                # recv_multipart's loop, without its attribute lookups and its RCVMORE option call
+                # per frame (pyzmq's `get` makes an enum of the option each time): a received
+                # Frame carries that flag already.
+                frames: Frames = []
+                while True:
+                    frame = recv(_NOBLOCK, copy=False)
+                    frames.append(frame.bytes if copy and len(frame) < _SMALL else frame)
+                    if not frame.more:
+                        break
             except zmq.Again:
                 return False
             except zmq.ZMQError as e:

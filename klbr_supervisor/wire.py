@@ -10,9 +10,26 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+import orjson
+
 from .protocol import DELIM, Frames, MalformedMessage, as_bytes, split
 
-__all__ = ["MalformedMessage", "Wire"]
+__all__ = ["MalformedMessage", "Wire", "loads"]
+
+
+def loads(data: bytes) -> Any:
+    """`json.loads(data)`, the same value and the same errors, faster: orjson's parse, and where it
+    refuses (not JSON, or JSON it does not take: integers past 64 bits, NaN, a lone surrogate,
+    nesting past 1024), the standard library's, whose verdict stands."""
+    try:
+        return orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return json.loads(data)
+
+# A status's content as jupyter_client spells it (json.dumps; orjson, where installed, drops the
+# spaces): matched as bytes, so the busy and idle around every request need no JSON decode.
+_STATES = {b'{"execution_state": "busy"}': "busy", b'{"execution_state": "idle"}': "idle",
+           b'{"execution_state":"busy"}': "busy", b'{"execution_state":"idle"}': "idle"}
 
 
 @dataclass(slots=True)
@@ -35,8 +52,8 @@ class Wire:
         worker's is the frontend's to check, a re-signed worker's was checked by `resign`."""
         prefix, body = split(frames)
         try:
-            header = json.loads(as_bytes(body[1]))
-            parent = json.loads(as_bytes(body[2]))
+            header = loads(as_bytes(body[1]))
+            parent = loads(as_bytes(body[2]))
         except (ValueError, UnicodeDecodeError) as e:
             msg = f"undecodable header: {e}"
             raise MalformedMessage(msg) from None
@@ -65,8 +82,15 @@ class Wire:
     def content(self) -> dict[str, Any]:
         """The decoded content, on demand (replies whose status matters, stdin requests)."""
         if self._content is None:
-            self._content = json.loads(as_bytes(self.body[4]))
+            self._content = loads(as_bytes(self.body[4]))
         return self._content
+
+    @property
+    def execution_state(self) -> Any:
+        """A status message's `execution_state`: read from its content's bytes when they are
+        spelled as above, else decoded (whatever JSON the worker sent)."""
+        state = _STATES.get(as_bytes(self.body[4]))
+        return state if state is not None else self.content.get("execution_state")
 
     def frames(self) -> Frames:
         """Frames to send on a DEALER toward a worker, or after a frontend identity."""

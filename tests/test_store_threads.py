@@ -103,3 +103,27 @@ def test_close_waits_for_a_write_that_waits_for_another_kernels_lock(store_path)
     asyncio.run(main())
     kinds = [r[0] for r in sqlite3.connect(store_path).execute("SELECT kind FROM events")]
     assert "written_while_another_kernel_held_the_lock" in kinds
+
+
+def test_a_cell_that_finds_another_kernels_lock_waits_for_it_on_the_writer(store_path):
+    """The loop writes a cell's row without waiting for any lock: while another kernel holds the
+    file's write lock, the call says not yet, and the row lands once the lock is let go."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        store = _open(store_path)
+        other = sqlite3.connect(store_path, isolation_level=None, check_same_thread=False)
+        other.execute("BEGIN IMMEDIATE")
+        record = CellRecord("m1", "client", "print(1)", 1)
+        done = loop.create_future()
+        committed_now = store.cell_started(record, done.set_result)
+        assert _rows(store_path) == []
+        other.execute("COMMIT")
+        error = await asyncio.wait_for(done, timeout=60)
+        store.close()
+        other.close()
+        return committed_now, error, record.id
+
+    committed_now, error, cell_id = asyncio.run(main())
+    assert (committed_now, error) == (False, None)
+    assert cell_id is not None
+    assert _rows(store_path) == ["running"]

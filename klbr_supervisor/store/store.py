@@ -229,7 +229,7 @@ class Store(LoggingConfigurable):
                 resumed()
             done(error)
 
-        if self._direct(insert, committed):
+        if self._direct(insert, committed, one_statement=True):
             resumed()
             return True
         self._submit(insert, committed, resuming=True)
@@ -278,7 +278,7 @@ class Store(LoggingConfigurable):
                  cell.id),
             )
 
-        if self._direct(update, done):
+        if self._direct(update, done, one_statement=True):
             return True
         self._submit(update, done)
         return False
@@ -344,12 +344,12 @@ class Store(LoggingConfigurable):
 
     # -- the writer --------------------------------------------------------------------------------
 
-    def _direct(self, apply: Apply, done: Done) -> bool:
+    def _direct(self, apply: Apply, done: Done, *, one_statement: bool = False) -> bool:
         """Commit `apply` now on the loop if the writer allows it (see `Writer.direct`): True when it
         is durable now. A direct commit that failed pauses the store and reports to `done` later."""
         if self._writer is None:
             return False
-        ran, cause = self._writer.direct(apply)
+        ran, cause = self._writer.direct(apply, one_statement=one_statement)
         if not ran:
             return False
         if cause is None:

@@ -62,6 +62,27 @@ def _commit(conn: sqlite3.Connection, applies: Iterable[Apply]) -> Exception | N
         return e
 
 
+def _alone(conn: sqlite3.Connection, apply: Apply) -> Exception | bool | None:
+    """Apply one statement, which commits by itself (autocommit: no BEGIN and COMMIT around it).
+    False: not applied, the file is another connection's to write now (busy); else as `_commit`."""
+    try:
+        apply(conn)
+        return None
+    except sqlite3.OperationalError as e:
+        if e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY and not conn.in_transaction:
+            return False  # the statement was rolled back whole: nothing of it was applied
+        failure: Exception = e
+    except (sqlite3.Error, OSError) as e:
+        failure = e
+    failure.klbr_write = apply.__qualname__  # type: ignore[attr-defined]  # for the log, as `_commit`
+    if conn.in_transaction:
+        try:
+            conn.execute("ROLLBACK")
+        except sqlite3.Error:
+            pass
+    return failure
+
+
 class Writer(Generic[D]):
     """Owns both connections once the store is open; `close` ends the thread, which closes its own."""
 
@@ -89,20 +110,28 @@ class Writer(Generic[D]):
         self._submitted += 1
         self._queue.put((apply, done))
 
-    def direct(self, apply: Apply) -> tuple[bool, Exception | None]:
+    def direct(self, apply: Apply, *, one_statement: bool = False) -> tuple[bool, Exception | None]:
         """Commit `apply` now, on the loop, if that keeps the order of writes: nothing is queued or
         being written, and no other kernel holds the file's write lock. (False, None): not done,
-        submit it instead; (True, failure): done, `failure` the error that rolled it back, or None."""
+        submit it instead; (True, failure): done, `failure` the error that rolled it back, or None.
+        `one_statement`: `apply` runs one SQL statement (or none), which commits by itself: a
+        transaction around it would only add a BEGIN and a COMMIT to every cell's two writes."""
         if self.closed or self._submitted != self._committed or not self._lock.acquire(blocking=False):
             return False, None
         try:
             if self._submitted != self._committed:  # the writer took an item meanwhile
                 return False, None
-            try:
-                self._direct_conn.execute("BEGIN IMMEDIATE")
-            except sqlite3.OperationalError:
-                return False, None  # busy: the writer thread waits for the lock instead
-            failure = _commit(self._direct_conn, [apply])
+            if one_statement:
+                alone = _alone(self._direct_conn, apply)
+                if alone is False:
+                    return False, None  # busy: the writer thread waits for the lock instead
+                failure = alone if isinstance(alone, Exception) else None
+            else:
+                try:
+                    self._direct_conn.execute("BEGIN IMMEDIATE")
+                except sqlite3.OperationalError:
+                    return False, None  # busy: the writer thread waits for the lock instead
+                failure = _commit(self._direct_conn, [apply])
         finally:
             self._lock.release()
         self._direct_commits += 1

@@ -1,0 +1,61 @@
+"""A worker's exit is reported once and exactly, also where `os.pidfd_open` is missing.
+
+Under valgrind (the proxy's instruction-count benchmark) the call answers ENOSYS; the process is then
+watched by a thread blocked in waitid. Both ways are run here on real processes: an exit code and a
+signal, each reported once, with its return code.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import subprocess
+import sys
+
+import pytest
+
+from klbr_supervisor.targets.process import WorkerProcess
+
+
+def _no_pidfd(pid: int, flags: int = 0) -> int:
+    raise OSError(errno.ENOSYS, "Function not implemented")
+
+
+async def _exit_of(argv: list[str], kill: bool) -> list[int]:
+    reported: list[int] = []
+    done = asyncio.Event()
+
+    def on_exit(returncode: int) -> None:
+        reported.append(returncode)
+        done.set()
+
+    process = subprocess.Popen(argv, stdin=subprocess.PIPE, stderr=subprocess.PIPE)
+    watched = WorkerProcess(process, None, None, on_exit)  # type: ignore[arg-type]  # no group: no reaper
+    if kill:
+        process.kill()
+    else:
+        assert process.stdin is not None
+        process.stdin.close()  # the child exits once its stdin ends
+    await asyncio.wait_for(done.wait(), timeout=60)
+    await asyncio.sleep(0)  # a second report would come on the loop, right after the first
+    watched.close()
+    return reported
+
+
+@pytest.mark.parametrize("pidfd", ["pidfd", "no pidfd (ENOSYS)"])
+@pytest.mark.parametrize("kill", [False, True], ids=["exit 3", "SIGKILL"])
+def test_exit_reported_once_and_exactly(monkeypatch, pidfd, kill):
+    if pidfd != "pidfd":
+        monkeypatch.setattr(os, "pidfd_open", _no_pidfd)
+    argv = [sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(3)"]
+    assert asyncio.run(_exit_of(argv, kill)) == ([-9] if kill else [3])
+
+
+def test_other_pidfd_errors_are_not_hidden(monkeypatch):
+    def refused(pid: int, flags: int = 0) -> int:
+        raise OSError(errno.EMFILE, "Too many open files")
+
+    monkeypatch.setattr(os, "pidfd_open", refused)
+    with pytest.raises(OSError, match="Too many"):
+        asyncio.run(_exit_of([sys.executable, "-c", "pass"], kill=False))
