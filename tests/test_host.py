@@ -20,7 +20,18 @@ import pytest
 import zmq
 
 from klbr_supervisor.host.record import LARGE, AnswerRecord
-from utils import collect, execute, process_gone, results, start_kernel, stream_text, until, worker_pid
+from utils import (
+    collect,
+    execute,
+    host_call_codes,
+    notes_shown,
+    process_gone,
+    results,
+    start_kernel,
+    stream_text,
+    until,
+    worker_pid,
+)
 
 ROOT = Path(__file__).parent.parent
 
@@ -212,9 +223,7 @@ def test_values_survive_a_lost_worker_and_a_new_kernel(tmp_path):
 
 def test_a_note_is_shown_and_kept(tmp_path):
     with host_kernel(tmp_path) as (km, kc, workspace):
-        _, outputs = execute(kc, "host.notify('training finished')")
-        notes = [m["content"]["data"]["text/markdown"] for m in outputs if m["msg_type"] == "display_data"]
-        assert notes == ["**klbr note:** training finished"]
+        assert notes_shown(kc, "training finished") == ["**klbr note:** training finished"]
     conn = sqlite3.connect(tmp_path / "log.sqlite3")
     (payload,) = conn.execute("SELECT payload FROM events WHERE kind = 'note'").fetchone()
     assert json.loads(payload)["text"] == "training finished"
@@ -319,10 +328,7 @@ def test_four_threads_calling_at_once_all_get_answers(tmp_path):
 
 def test_the_129th_call_of_a_cell_is_refused_and_the_next_cell_has_a_new_budget(tmp_path):
     with host_kernel(tmp_path) as (km, kc, workspace):
-        code = ("codes = []\nfor _ in range(129):\n    try:\n        host.keys(); codes.append('ok')\n"
-                "    except host.HostError as e:\n        codes.append(e.code)\n")
-        execute(kc, code, timeout=60)
-        assert value(kc, "codes") == ["ok"] * 128 + ["budget_exhausted"]
+        assert host_call_codes(kc) == ["ok"] * 128 + ["budget_exhausted"]
         assert value(kc, "host.keys()") == []  # the next cell has a new budget
 
 
@@ -453,14 +459,9 @@ def test_every_call_works_from_a_worker_without_klbr(tmp_path, where):
         assert value(kc, "[host.get('step'), host.get('missing', 0), host.keys()]") == [{"n": 3}, 0, ["step"]]
         ran = value(kc, "host.run(['sh', '-c', 'pwd; echo oops >&2; exit 3'])")
         assert (ran["exit_code"], ran["stdout"], ran["stderr"]) == (3, f"{workspace}\n", "oops\n")
-        _, outputs = execute(kc, "host.notify('from afar')")
-        assert [m["content"]["data"]["text/markdown"] for m in outputs if m["msg_type"] == "display_data"] == [
-            "**klbr note:** from afar"]
+        assert notes_shown(kc, "from afar") == ["**klbr note:** from afar"]
         assert refused(kc, "host.run(['true'], cwd='..')") == "forbidden"
-        code = ("codes = []\nfor _ in range(129):\n    try:\n        host.keys(); codes.append('ok')\n"
-                "    except host.HostError as e:\n        codes.append(e.code)\n")
-        execute(kc, code, timeout=60)
-        assert value(kc, "codes[-2:]") == ["ok", "budget_exhausted"]
+        assert host_call_codes(kc)[-2:] == ["ok", "budget_exhausted"]
 
 
 @ELSEWHERE

@@ -248,3 +248,21 @@ def wait_for_stream(kc, msg_id: str) -> None:
 def standby(kc, seen: list | None = None) -> str:
     """The warm spare's state."""
     return status_row(kc, "standby", seen)
+
+
+# -- host callbacks, as a cell makes them ---------------------------------------------------------
+
+SPEND_THE_BUDGET = ("codes = []\nfor _ in range(129):\n    try:\n        host.keys(); codes.append('ok')\n"
+                    "    except host.HostError as e:\n        codes.append(e.code)\n")
+
+
+def host_call_codes(kc) -> list[str]:
+    """What each of 129 host calls of one cell (one past the budget) ended with, in order."""
+    execute(kc, SPEND_THE_BUDGET, timeout=60)
+    return value(kc, "codes")
+
+
+def notes_shown(kc, text: str) -> list[str]:
+    """The markdown of what `host.notify(text)` displayed in its cell."""
+    _, outputs = execute(kc, f"host.notify({text!r})")
+    return [m["content"]["data"]["text/markdown"] for m in outputs if m["msg_type"] == "display_data"]
