@@ -57,7 +57,7 @@ class Lab:
         self.server = subprocess.Popen(
             [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={self.port}",
              "--ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
-             "--ServerApp.iopub_data_rate_limit=1e10", "--LabApp.news_url=",
+             "--ServerApp.iopub_data_rate_limit=1e10", "--ServerApp.iopub_msg_rate_limit=1e10", "--LabApp.news_url=",
              "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
             env=env, stdout=subprocess.DEVNULL, stderr=self._stderr)
         deadline = time.monotonic() + 90
