@@ -7,6 +7,7 @@ be megabytes of output) and signing it again is what the relay avoids. See DESIG
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -17,10 +18,18 @@ from .protocol import DELIM, Frames, MalformedMessage, as_bytes, split
 __all__ = ["MalformedMessage", "Wire", "loads"]
 
 
+# A run of digits as long as 2**63's: an integer orjson may not hold (past 64 bits it gives a float).
+_LONG_DIGITS = re.compile(rb"\d{19}")
+
+
 def loads(data: bytes) -> Any:
     """`json.loads(data)`, the same value and the same errors, faster: orjson's parse, and where it
-    refuses (not JSON, or JSON it does not take: integers past 64 bits, NaN, a lone surrogate,
-    nesting past 1024), the standard library's, whose verdict stands."""
+    refuses (not JSON, or JSON it does not take: NaN, a lone surrogate, nesting past 1024), the
+    standard library's, whose verdict stands. Integers past 64 bits orjson turns into floats
+    without a word, so text with 19 digits in a row (a string's too) goes to the standard library
+    at once."""
+    if _LONG_DIGITS.search(data):
+        return json.loads(data)
     try:
         return orjson.loads(data)
     except orjson.JSONDecodeError:

@@ -7,11 +7,14 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 
 from klbr_kernel.delivery import NO_REPLY_GRACE
 from utils import collect, execute, misbehaving, raw_socket, receive, results, send_raw, start_kernel, status_row
+
+OLDEST = Path(__file__).parent.parent / ".venv-ipykernel" / "bin" / "python"  # `python:`'s interpreter
 
 
 def _still_serving(kc) -> None:
@@ -129,3 +132,21 @@ def test_a_request_the_worker_drops_is_answered_after_its_idle():
         assert time.monotonic() - start >= NO_REPLY_GRACE
         assert [m["content"]["execution_state"] for m in outputs if m["msg_type"] == "status"] == ["busy", "idle"]
         _still_serving(kc)
+
+
+def test_integers_past_64_bits_reach_the_worker_exactly():
+    """A client's metadata and content go to the worker as they were sent: an integer JSON allows
+    but 64 bits do not hold stays that integer (a fast parser's float would be another value). The
+    worker is a `python:` one whose jupyter_client parses with the standard library: one with orjson
+    installed makes such an integer a float itself, as it would under plain ipykernel."""
+    big = 2**70 + 1
+    with start_kernel(extra_arguments=[f"--Supervisor.placement=python:{OLDEST}"]) as (km, kc):
+        msg = kc.session.msg("execute_request", {
+            "code": "parent = get_ipython().kernel.get_parent()\nseen = parent['metadata']['big']",
+            "silent": False, "store_history": True, "allow_stdin": False, "stop_on_error": True,
+            "user_expressions": {"n": f"{big} + 0"}}, metadata={"big": big})
+        kc.shell_channel.send(msg)
+        reply, _ = collect(kc, msg["header"]["msg_id"], timeout=60)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        assert reply["content"]["user_expressions"]["n"]["data"]["text/plain"] == str(big)
+        assert results(execute(kc, "seen")[1]) == [str(big)]
