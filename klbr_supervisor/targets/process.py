@@ -62,8 +62,8 @@ class WorkerProcess:
         try:
             self._pidfd = os.pidfd_open(self.pid)
         except OSError as e:
-            # Only where the kernel runs under an emulator without the call (valgrind 3.19, which
-            # the proxy's instruction-count benchmark runs it under, answers ENOSYS): a thread
+            # Where the call is missing (Linux before 5.3, or an emulator: valgrind 3.19, which the
+            # proxy's instruction-count benchmark runs the kernel under, answers ENOSYS): a thread
             # blocked in waitid, which leaves the exit for `poll()` to reap as a pidfd does.
             if e.errno != errno.ENOSYS:
                 raise
