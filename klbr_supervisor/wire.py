@@ -7,7 +7,6 @@ be megabytes of output) and signing it again is what the relay avoids. See DESIG
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,7 +18,10 @@ __all__ = ["MalformedMessage", "Wire", "loads"]
 
 
 # A run of digits as long as 2**63's: an integer orjson may not hold (past 64 bits it gives a float).
-_LONG_DIGITS = re.compile(rb"\d{19}")
+# Found with one pass in C: every digit becomes b"0", everything else b"x", and the run is searched
+# for as a substring (a regular expression's search tried a match at every digit: 5x the parse).
+_DIGITS_AS_ZEROS = bytes(0x30 if 0x30 <= i <= 0x39 else 0x78 for i in range(256))
+_LONG_RUN = b"0" * 19
 
 
 def loads(data: bytes) -> Any:
@@ -28,7 +30,7 @@ def loads(data: bytes) -> Any:
     standard library's, whose verdict stands. Integers past 64 bits orjson turns into floats
     without a word, so text with 19 digits in a row (a string's too) goes to the standard library
     at once."""
-    if _LONG_DIGITS.search(data):
+    if _LONG_RUN in data.translate(_DIGITS_AS_ZEROS):
         return json.loads(data)
     try:
         return orjson.loads(data)
