@@ -269,16 +269,16 @@ def placement_first_cell(kc, python: str) -> float:
 
 
 def memory_sample_us(pid: int, samples: int = 2000) -> float:
-    """What the memory watch adds to each cell: one sample of the worker's process tree from /proc
-    (`MemoryWatch.sample`, taken as the cell's outcome is recorded), median microseconds, on a
-    running worker (its timer's once-a-second sample is the same read)."""
+    """What the memory watch adds to each cell: the quick sample of the worker's processes from
+    /proc taken as the cell's outcome is recorded (`MemoryWatch.sample(quick=True)`; its timer's
+    once-a-second sample also reads /proc/meminfo), median microseconds, on a running worker."""
     async def timed() -> float:
         watch = MemoryWatch(pid, None)
         try:
             times = []
             for _ in range(samples):
                 start = time.perf_counter()
-                watch.sample()
+                watch.sample(quick=True)
                 times.append(time.perf_counter() - start)
             return statistics.median(times) * 1e6
         finally:

@@ -4,9 +4,10 @@ about a worker that died.
 `MemoryWatch` is made by a `Generation` whose worker runs on this machine once it serves. It
 samples on the loop's own timer (about once a second; ten times a second while the worker holds
 half of what it could have, so the last sample before an out-of-memory kill is a recent one), and
-when a cell ends; never per message. A sample reads the statm of each process of the tree (about
-15 us each); who is in the tree is read from `/proc/PID/task/*/children` at every sample where the
-kernel has them, else from a scan of `/proc` every `RESCAN` samples (about 3 ms for 130 processes).
+when a cell ends; never per message. A sample reads the statm of each process of the tree and
+/proc/meminfo (the worker's statm and meminfo are held open: one pread each, about 2 us); who is
+in the tree is read from `/proc/PID/task/*/children` every `RESCAN` samples, and at every sample
+while the worker has children, else from a scan of `/proc` (about 3 ms for 130 processes).
 
 `verdict` is the rule, no I/O: what an unasked end of the worker says about memory, if anything.
 """
@@ -65,10 +66,42 @@ def _read(path: str) -> bytes | None:
         os.close(fd)
 
 
-def usage(pid: int) -> tuple[int, int]:
+class Reread:
+    """A /proc file kept open and read again from its start: one pread per sample, where opening,
+    reading and closing it were three system calls. A process's file held open stays that process's
+    (it reads nothing once the process is gone, even if its pid is reused)."""
+
+    def __init__(self, path: str):
+        self.path = path
+        self._fd: int | None = None
+        self._closed = False
+
+    def read(self) -> bytes | None:
+        """Its contents now; None when it cannot be read (gone), or once closed."""
+        if self._closed:
+            return None
+        if self._fd is None:
+            try:
+                self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
+            except OSError:
+                return None
+        try:
+            return os.pread(self._fd, 4096, 0)
+        except OSError:
+            return None
+
+    def close(self) -> None:
+        self._closed = True
+        if self._fd is not None:
+            os.close(self._fd)
+            self._fd = None
+
+
+def usage(pid: int, statm: Reread | None = None) -> tuple[int, int]:
     """One process's resident set and its data (its private writable memory and stack: what
-    RLIMIT_DATA counts, resident or not), bytes; (0, 0) once it is gone."""
-    data = _read(f"/proc/{pid}/statm")
+    RLIMIT_DATA counts, resident or not), bytes; (0, 0) once it is gone. `statm`: its
+    /proc/PID/statm, kept open."""
+    data = statm.read() if statm is not None else _read(f"/proc/{pid}/statm")
     try:
         fields = data.split() if data else []
         return int(fields[1]) * PAGE, int(fields[5]) * PAGE
@@ -76,13 +109,17 @@ def usage(pid: int) -> tuple[int, int]:
         return 0, 0
 
 
-def available() -> int | None:
-    """The machine's MemAvailable in bytes (what can be allocated without swapping)."""
-    data = _read("/proc/meminfo")
-    for line in (data or b"").splitlines():
-        if line.startswith(b"MemAvailable:"):
-            return int(line.split()[1]) * 1024
-    return None
+def available(meminfo: Reread | None = None) -> int | None:
+    """The machine's MemAvailable in bytes (what can be allocated without swapping); `meminfo`:
+    /proc/meminfo, kept open."""
+    data = (meminfo.read() if meminfo is not None else _read("/proc/meminfo")) or b""
+    at = data.find(b"\nMemAvailable:")
+    if at < 0:
+        return None
+    try:
+        return int(data[at + 14:data.index(b"\n", at + 14)].split()[0]) * 1024
+    except (IndexError, ValueError):
+        return None
 
 
 def _children(pid: int) -> list[int] | None:
@@ -217,6 +254,9 @@ class MemoryWatch:
         self.last: Sample | None = None
         self._cell_peak: int | None = None  # None: no cell running
         self._pids: list[int] = [pid]
+        self._statm = Reread(f"/proc/{pid}/statm")  # the worker's own; the rest of its tree by path
+        self._meminfo = Reread("/proc/meminfo")
+        self._free: int | None = None  # MemAvailable, as the last full sample read it
         self._samples = 0
         self._events = own_cgroup(pid)
         self._oom_kills = oom_kills(self._events)
@@ -224,21 +264,29 @@ class MemoryWatch:
         self._timer: asyncio.TimerHandle | None = None
         self._tick()
 
-    def sample(self) -> int:
-        """The tree's resident set now (bytes), kept as the last sample and counted in the peaks."""
-        if self._samples % RESCAN == 0 or len(self._pids) > 1:
-            found = tree(self.pid, scan=self._samples % RESCAN == 0)
-            if found is not None:
-                self._pids = found
-        self._samples += 1
-        each = [usage(p) for p in self._pids]
+    def sample(self, *, quick: bool = False) -> int:
+        """The tree's resident set now (bytes), kept as the last sample and counted in the peaks.
+
+        `quick`, as a cell ends: the processes the last full sample found, and the machine's
+        MemAvailable as that sample read it (a worker with no children costs one pread: reading
+        /proc/meminfo costs four times a statm). A stale MemAvailable only makes what the worker
+        could have look larger, so it never makes an end look like out of memory that was not."""
+        if not quick:
+            if self._samples % RESCAN == 0 or len(self._pids) > 1:
+                found = tree(self.pid, scan=self._samples % RESCAN == 0)
+                if found is not None:
+                    self._pids = found
+            self._samples += 1
+        each = [usage(p, self._statm if p == self.pid else None) for p in self._pids]
         now = sum(resident for resident, _ in each)
         if now == 0:  # gone: the last sample stands (its end is judged by it)
             return self.now
         if self.limit:
             self.last = Sample(now, max(data for _, data in each), self.limit)
         else:
-            free = available()
+            if not quick or self._free is None:
+                self._free = available(self._meminfo)
+            free = self._free
             self.last = Sample(now, now, free + now if free is not None else None)
         self.now = now
         self.peak = max(self.peak, now)
@@ -254,7 +302,7 @@ class MemoryWatch:
         """The running cell's outcome is being recorded: a sample now, and the cell's peak (None if no
         cell was running)."""
         if self._timer is not None:
-            self.sample()
+            self.sample(quick=True)
         peak, self._cell_peak = self._cell_peak, None
         return peak
 
@@ -277,6 +325,8 @@ class MemoryWatch:
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+        self._statm.close()
+        self._meminfo.close()
 
     def _tick(self) -> None:
         self.sample()
