@@ -52,9 +52,11 @@ class Channel:
         self._on_message = on_message
         self._copy = copy
         # Bound once: every attribute of a pyzmq socket is looked up through its `__getattr__` hook.
+        # The send is the backend's own: pyzmq's Python-level `Socket.send` only adds the draft
+        # API's routing_id and group (never used here) in front of it, and doubled its cost per frame.
         self._recv = socket.recv
         self._get = socket.get
-        self._send = socket.send
+        self._send = zmq.backend.Socket.send.__get__(socket)
         self._loop = asyncio.get_running_loop()
         self._fd = socket.fileno()  # the FD option, typed as the int it is
         self._scheduled = False
