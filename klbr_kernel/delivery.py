@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 from jupyter_client.session import Session
 
-from klbr_supervisor.protocol import Frames
+from klbr_supervisor.protocol import DELIM, Frames, as_bytes
 from klbr_supervisor.supervisor import Supervisor
-from klbr_supervisor.wire import Wire, loads
+from klbr_supervisor.wire import Wire
 
 from .answers import Answers
 from .boundary import Boundary
@@ -81,13 +81,17 @@ class Delivery:
 
         ipykernel aborts what reaches it right after an error; with one request in flight that would
         abort the next cell the proxy sends, not the ones the frontend had queued.
+
+        Only the content is packed again (by the `Session`, as it packs any message) and the four
+        parts signed again: the header, parent header and metadata go on as the frontend sent them.
         """
         if not req.content.get("stop_on_error", True) and req.body is None:
             return req.wire.frames()
         body = req.wire.body
-        msg = {"header": req.header, "parent_header": req.wire.parent, "metadata": loads(bytes(body[3])),
-               "content": dict(req.content, stop_on_error=False, code=req.worker_code)}
-        return [*self._session.serialize(msg), *body[5:]]
+        session = self._session
+        content = session.pack(dict(req.content, stop_on_error=False, code=req.worker_code))
+        parts = [as_bytes(body[1]), as_bytes(body[2]), as_bytes(body[3]), content]
+        return [DELIM, session.sign(parts), *parts, *body[5:]]
 
     # -- from the worker ---------------------------------------------------------------------------
 
