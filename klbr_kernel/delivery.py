@@ -35,6 +35,10 @@ log = logging.getLogger(__name__)
 # Seconds a request's reply may trail its idle (they travel on different sockets) before the worker
 # counts as having dropped it.
 NO_REPLY_GRACE = 5.0
+# How often the requests in their grace are looked at: a missing reply or idle is given up on
+# NO_REPLY_GRACE to NO_REPLY_GRACE + GRACE_CHECK seconds after the other came. One timer for all,
+# where a timer per request cost every request a handle and two heap operations of the loop's.
+GRACE_CHECK = 1.0
 
 
 class Delivery:
@@ -54,6 +58,7 @@ class Delivery:
         self._session = session
         self.notice: str | None = None  # stderr text the next cell starts with
         self._told_unrecorded = False
+        self._grace_timer: asyncio.TimerHandle | None = None  # armed while a request is in its grace
 
     # -- to the worker -----------------------------------------------------------------------------
 
@@ -108,8 +113,7 @@ class Delivery:
             if not idle_first:
                 req.move(Phase.AWAITING_IDLE)
                 # The idle follows at once; a worker that loses it must not wedge the queue.
-                asyncio.get_running_loop().call_later(NO_REPLY_GRACE, self._boundary.guarded(req, self._no_idle),
-                                                      req, req.tries)
+                self._grace(req)
             if wire.msg_type == "execute_reply":
                 self._execute_reply(req, wire)
             else:
@@ -194,17 +198,38 @@ class Delivery:
         """The worker's idle for `req` is in: finished, unless it is to reply and has not yet."""
         if req.phase is Phase.SENT and req.expects_reply:
             req.move(Phase.AWAITING_REPLY)
-            asyncio.get_running_loop().call_later(NO_REPLY_GRACE, self._boundary.guarded(req, self._no_reply),
-                                                  req, req.tries)
+            self._grace(req)
             return
         self.finished(req)
 
-    def _no_reply(self, req: Request, tries: int) -> None:
-        """The worker went idle for `req` long ago and never replied: the proxy replies instead.
-        Unless `req` has moved on since (its generation ended and it was sent again: that idle is
-        not this try's)."""
-        if req.phase is not Phase.AWAITING_REPLY or req.tries != tries:
-            return
+    def _grace(self, req: Request) -> None:
+        """`req` has its reply or its idle, and the other is on its way: give up on it after
+        NO_REPLY_GRACE (`_graces_due`)."""
+        loop = asyncio.get_running_loop()
+        req.grace_until = loop.time() + NO_REPLY_GRACE
+        if self._grace_timer is None:
+            self._grace_timer = loop.call_later(GRACE_CHECK, self._boundary.guard, None, self._graces_due)
+
+    def _graces_due(self) -> None:
+        """The grace timer: the requests with the current generation whose grace is over are answered
+        as the worker left them; it runs again while any is still in its grace. A request that moved
+        on (answered, or sent again after a loss) is in another phase, or in a grace of its own."""
+        self._grace_timer = None
+        loop = asyncio.get_running_loop()
+        now, pending = loop.time(), False
+        for req in list(self._current.waiting.values()):
+            if req.phase is Phase.AWAITING_REPLY or req.phase is Phase.AWAITING_IDLE:
+                if req.grace_until > now:
+                    pending = True
+                elif req.phase is Phase.AWAITING_REPLY:
+                    self._boundary.guard(req, self._no_reply, req)
+                else:
+                    self._boundary.guard(req, self._no_idle, req)
+        if pending:
+            self._grace_timer = loop.call_later(GRACE_CHECK, self._boundary.guard, None, self._graces_due)
+
+    def _no_reply(self, req: Request) -> None:
+        """The worker went idle for `req` long ago and never replied: the proxy replies instead."""
         error = no_reply_error(req.msg_type, NO_REPLY_GRACE)
         content = {"status": "error", **error.content()}
         if req.msg_type == "execute_request":
@@ -216,13 +241,12 @@ class Delivery:
             self._commit(req)
         self.finished(req)
 
-    def _no_idle(self, req: Request, tries: int) -> None:
+    def _no_idle(self, req: Request) -> None:
         """The worker replied to `req` long ago and its idle never came (a worker whose iopub
         dropped it): the proxy closes the bracket, as it does when a worker ends after its reply."""
-        if req.phase is Phase.AWAITING_IDLE and req.tries == tries:
-            log.warning("%s %s: no idle %.0f s after its reply; the proxy sends it", req.msg_type, req.msg_id,
-                        NO_REPLY_GRACE)
-            self.close_bracket(req)
+        log.warning("%s %s: no idle %.0f s after its reply; the proxy sends it", req.msg_type, req.msg_id,
+                    NO_REPLY_GRACE)
+        self.close_bracket(req)
 
     def finished(self, req: Request) -> None:
         """The worker has finished `req`, or the proxy closed its bracket: release it once its

@@ -92,6 +92,7 @@ class Request:
     phase: Phase = Phase.QUEUED  # changed only by `move`
     generation: Generation | None = None  # where it was sent
     tries: int = 0  # times it was sent to a worker (2: retried after a loss, semantics 8)
+    grace_until: float = 0.0  # with its reply or its idle in: when the other is given up on (loop time)
     busy_sent: bool = False  # the frontend has had busy for it (once, also across a retry)
     reply_sent: bool = False  # the frontend has had its reply
     reply_content: dict[str, Any] | None = None  # the reply the frontend gets (kept for the store and resends)

@@ -15,7 +15,7 @@ from utils import start_kernel, until
 
 HERE = Path(__file__).parent
 BEHAVIOURS = ("sigkill", "exit", "segfault", "ignore-sigint", "hang-in-c", "die-in-output", "complete",
-              "exit-after-reply", "late-stdin", "output-then-die", "drops-is-complete", "noisy")
+              "exit-after-reply", "late-stdin", "output-then-die", "drops-is-complete", "drops-idle", "noisy")
 
 
 @pytest.fixture(scope="session", autouse=True)

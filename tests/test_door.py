@@ -134,6 +134,19 @@ def test_a_request_the_worker_drops_is_answered_after_its_idle():
         _still_serving(kc)
 
 
+def test_a_request_whose_idle_never_comes_is_closed_after_its_reply():
+    """A worker that replies and never goes idle (its iopub lost the idle): the proxy closes the
+    bracket itself, once, after the grace; the queue behind it goes on."""
+    with misbehaving("drops-idle") as (km, kc):
+        start = time.monotonic()
+        msg_id = kc.is_complete("x = 1")
+        reply, outputs = collect(kc, msg_id, timeout=NO_REPLY_GRACE + 20)
+        assert reply["content"]["status"] == "complete"  # the worker's own reply
+        assert time.monotonic() - start >= NO_REPLY_GRACE
+        assert [m["content"]["execution_state"] for m in outputs if m["msg_type"] == "status"] == ["busy", "idle"]
+        _still_serving(kc)
+
+
 def test_integers_past_64_bits_reach_the_worker_exactly():
     """A client's metadata and content go to the worker as they were sent: an integer JSON allows
     but 64 bits do not hold stays that integer (a fast parser's float would be another value). The

@@ -4,7 +4,8 @@
 
 The kernel runs cells normally; the cell `misbehave()` triggers BEHAVIOUR (for "complete", the first
 complete_request does, once per MARKER file; for "drops-is-complete", every is_complete_request does:
-ipykernel logs the handler's exception and never replies). ("exit-after-reply" also does so
+ipykernel logs the handler's exception and never replies; for "drops-idle", every is_complete_request
+is replied to and its idle never published, as by a worker whose iopub lost it). ("exit-after-reply" also does so
 after replying to a complete_request for the code `misbehave`.) Each behaviour is a way real workers die,
 hang or fail. "noisy" prints to stderr as it starts, about no request at all.
 "late-stdin" misbehaves at start-up instead: its stdin is bound once, half a second after the kernel
@@ -86,6 +87,12 @@ class MisbehavingKernel(IPythonKernel):
             if BEHAVIOUR == "exit-after-reply":
                 code = "'replied'"
         return super().do_execute(code, *args, **kwargs)
+
+    def _publish_status(self, status, channel, parent=None):
+        parent = parent or self.get_parent(channel)
+        if BEHAVIOUR == "drops-idle" and status == "idle" and parent["header"]["msg_type"] == "is_complete_request":
+            return
+        super()._publish_status(status, channel, parent)
 
     def do_is_complete(self, code):
         if BEHAVIOUR == "drops-is-complete":
