@@ -75,10 +75,11 @@ class Outbox:
 
     def send(self, frames: protocol.Frames, msg_type: str, *, copy: bool = False, keep: bool = False) -> None:
         """Send now, or keep in order until the socket takes it; `keep`: never drop it."""
-        size = sum(len(f) for f in frames)
-        droppable = size if msg_type in DROPPABLE and not keep else 0
-        if not self._waiting and self._offer(frames, copy, past=bool(droppable)):
+        output = msg_type in DROPPABLE and not keep
+        if not self._waiting and self._offer(frames, copy, past=output):
             return
+        size = sum(len(f) for f in frames)  # what waits is counted; what went out at once never is
+        droppable = size if output else 0
         if droppable and self._bytes + droppable > self.max_bytes:
             self._make_room(droppable)
             if self._bytes + droppable > self.max_bytes:
