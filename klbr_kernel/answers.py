@@ -196,7 +196,8 @@ class Answers:
             for aborted in self._queue.finish(req, status):
                 self.abort(aborted)
         self._state_changed()
-        asyncio.get_running_loop().call_soon(self._boundary.pump)
+        if self._queue.waiting:  # whatever is queued later starts the pump itself (`Dispatch`)
+            asyncio.get_running_loop().call_soon(self._boundary.pump)
 
     def forget(self, req: Request) -> None:
         """`req` leaves every place that holds it (it is answered outside its usual path)."""
