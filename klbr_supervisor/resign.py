@@ -25,8 +25,9 @@ class Resigner:
         self.worker = worker
         self.frontend = frontend
         # A worker started with the proxy's session id (ssh://: `--Session.session`) writes it in
-        # every header as jupyter_client packs JSON: such a header goes on as it is, unparsed.
-        self._ours = f'"session": "{frontend.session}"'.encode()
+        # every header as jupyter_client packs JSON (with the standard library's spaces, or none
+        # where orjson is installed): such a header goes on as it is, unparsed.
+        self._ours = (f'"session": "{frontend.session}"'.encode(), f'"session":"{frontend.session}"'.encode())
 
     def from_worker(self, frames: Frames) -> Frames:
         """Frames as the worker sent them -> frames as a shared-key worker would have sent them.
@@ -34,7 +35,7 @@ class Resigner:
         that are no message."""
         prefix, body = split(frames)
         header, parent, metadata, content = verify(body, self.worker.sign if self.worker.auth is not None else None)
-        if not (self._ours in header and header.count(b'"session"') == 1):
+        if not ((self._ours[0] in header or self._ours[1] in header) and header.count(b'"session"') == 1):
             parsed = json.loads(header)
             parsed["session"] = self.frontend.session
             header = json.dumps(parsed).encode()
