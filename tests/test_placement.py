@@ -325,6 +325,19 @@ def test_only_the_iopub_socket_loses_its_high_water_mark(tmp_path, other_python,
         assert (iopub, other) == (0, 1000)
 
 
+@pytest.mark.parametrize("where", ["local", "python"])
+def test_a_workers_shell_is_served_on_its_main_thread(tmp_path, other_python, where):
+    """ipykernel 7 reads shell on a thread of its own for subshells, which klbr does not offer: its
+    worker serves shell on the main thread, as ipykernel 6 does (where nothing is changed), and
+    still serves comms while a cell awaits (tests/test_widgets.py)."""
+    with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        if where == "python":
+            assert execute(kc, f"%klbr placement python:{other_python}")[0]["content"]["status"] == "ok"
+        threads = value(kc, "import threading\nsorted(t.name for t in threading.enumerate())")
+        assert "Shell channel" not in threads and "MainThread" in threads, threads
+        assert value(kc, "import ipykernel\nipykernel.__version__").startswith("6." if where == "python" else "7.")
+
+
 # An ipykernel whose init_iopub makes its socket from its own context, not the one it is handed: as
 # a later ipykernel might. The bootstrap cannot lift the mark there, and must say so.
 INIT_IOPUB_ELSEWHERE = """\
