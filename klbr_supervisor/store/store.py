@@ -13,6 +13,7 @@ says why); the next `cell_started` tries again and resumes it when the file take
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import os
@@ -20,7 +21,6 @@ import socket
 import sqlite3
 import time
 from collections.abc import Callable, Sequence
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -46,8 +46,17 @@ _FILE_CHECK_INTERVAL = 0.5
 _NETWORK_FS = {"nfs", "nfs4", "cifs", "smb3", "smbfs", "fuse.sshfs", "9p", "afs", "ceph", "glusterfs", "lustre"}
 
 
+@functools.lru_cache(maxsize=1)
+def _second(seconds: int) -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds))
+
+
 def now() -> str:
-    return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+    """UTC now to the millisecond, as `datetime.now(UTC).isoformat(timespec="milliseconds")` writes
+    it but with "Z" (2026-12-03T10:15:02.123Z); the text up to the second is made once a second:
+    twice per cell, the datetime and its isoformat cost ~10k instructions each."""
+    millis = time.time_ns() // 1_000_000
+    return f"{_second(millis // 1000)}.{millis % 1000:03d}Z"
 
 
 class StoreError(Exception):
