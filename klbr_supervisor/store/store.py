@@ -24,6 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+import orjson
 from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
@@ -57,6 +58,19 @@ def now() -> str:
     twice per cell, the datetime and its isoformat cost ~10k instructions each."""
     millis = time.time_ns() // 1_000_000
     return f"{_second(millis // 1000)}.{millis % 1000:03d}Z"
+
+
+def dumps(value: Any) -> str:
+    """JSON text of a value for the store: orjson's, or where orjson refuses the value (an integer
+    past 64 bits, a key that is not a string, nesting past 254) the standard library's, as before.
+    Every value not JSON's own is written as its `str()` by both, but for what orjson writes
+    itself (a datetime in ISO form with its "T"); NaN and infinities become null (JSON has none:
+    the standard library wrote NaN, which `json.loads` reads and SQLite's JSON functions refuse).
+    `json.dumps` with a `default` builds an encoder per call: ~10k instructions per cell's reply."""
+    try:
+        return orjson.dumps(value, default=str).decode()
+    except TypeError:  # orjson.JSONEncodeError is one
+        return json.dumps(value, default=str)
 
 
 class StoreError(Exception):
@@ -273,7 +287,7 @@ class Store(LoggingConfigurable):
                       memory_peak: int | None = None) -> bool:
         """Record the outcome, with every output before it. True: committed now. Else `done` runs once
         it is committed (or has failed), later on the loop."""
-        reply_text = json.dumps(reply, default=str) if reply is not None else None
+        reply_text = dumps(reply) if reply is not None else None
         finished, output_bytes, truncated = now(), cell.output_bytes, int(cell.truncated)  # as of now
 
         def update(c: sqlite3.Connection) -> None:
@@ -297,7 +311,7 @@ class Store(LoggingConfigurable):
         """A cell answered without running (aborted, refused, a `%klbr` line): its row and outputs.
         True: committed now; else `done` runs once it is committed (or has failed), later on the loop."""
         session_id, when = self.session_id, now()
-        texts = [(msg_type, json.dumps(content, default=str)) for msg_type, content in outputs]
+        texts = [(msg_type, dumps(content)) for msg_type, content in outputs]
 
         def insert(c: sqlite3.Connection) -> None:
             cur = c.execute(
@@ -306,7 +320,7 @@ class Store(LoggingConfigurable):
                 " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (session_id, cell.generation, cell.msg_id, cell.client_session, cell.msg_digest, cell.frontend_cell_id,
                  count, cell.code, status,
-                 when, when, error or None, json.dumps(reply, default=str)),
+                 when, when, error or None, dumps(reply)),
             )
             cell.id = cur.lastrowid
             c.executemany("INSERT INTO outputs (cell_id, seq, msg_type, content) VALUES (?, ?, ?, ?)",
@@ -332,13 +346,13 @@ class Store(LoggingConfigurable):
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         """A durable event: generation starts and ends, interrupts, restarts, placement changes."""
         self._event_seq += 1
-        seq, session_id, text, when = self._event_seq, self.session_id, json.dumps(payload, default=str), now()
+        seq, session_id, text, when = self._event_seq, self.session_id, dumps(payload), now()
         self._submit(lambda c: c.execute(
             "INSERT INTO events (session_id, seq, kind, payload, time) VALUES (?, ?, ?, ?, ?)",
             (session_id, seq, kind, text, when)))
 
     def generation_started(self, number: int, placement: str, identity: dict[str, Any], pid: int | None) -> None:
-        session_id, text, started = self.session_id, json.dumps(identity, default=str), now()
+        session_id, text, started = self.session_id, dumps(identity), now()
         self._submit(lambda c: c.execute(
             "INSERT OR REPLACE INTO generations (session_id, number, placement, identity, pid, started)"
             " VALUES (?, ?, ?, ?, ?, ?)", (session_id, number, placement, text, pid, started)))
