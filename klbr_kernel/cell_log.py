@@ -111,6 +111,14 @@ class CellLog:
             return None
         return queries.recorded_execute(self._store.reader(), req.header.get("session", ""), req.msg_id, req.digest)
 
+    def logged_msg_ids(self, client_session: str, limit: int) -> set[str] | None:
+        """The msg_ids of the executes this log took from `client_session`, in any session; None
+        when there are more than `limit`, or when nothing is recorded (`recorded_execute` then
+        answers None for every execute, with no read)."""
+        if not self.recording:
+            return None
+        return queries.logged_msg_ids(self._store.reader(), client_session, limit)
+
     def recent_cells(self, n: int, notebook: str | None) -> list[sqlite3.Row]:
         """This notebook's last `n` cells, with their store ids and output counts (`%klbr history`)."""
         reader, session_id = self._store.reader(), self._store.session_id

@@ -79,7 +79,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
     # cells.msg_digest: what made an execute that message and no other, since a client may reuse a
     # msg_id with other code (semantics 9): its signature as received, or with no key "sha256:" and a
     # digest of its header and content. Rows written before it have none, and no resend matches them.
-    # Read through cells_msg (msg_id, client_session): that narrows to the few rows of one msg_id.
+    # Read through cells_msg (msg_id, client_session), cells_client since schema 6: the few rows of one msg_id.
     (
         """ALTER TABLE cells ADD COLUMN msg_digest TEXT""",
     ),
@@ -103,6 +103,15 @@ MIGRATIONS: list[tuple[str, ...]] = [
         # it, for the running cells of a dead session, which cells_session finds as well (the
         # session's rows, read once when a kernel finds its predecessor dead).
         """DROP INDEX cells_status""",
+    ),
+    (
+        # cells_msg by client session first: what a kernel asks once of each client session it sees
+        # (the msg_ids it has in the log, `queries.logged_msg_ids`) is one range of it, and the
+        # lookup of one execute (`queries.recorded_execute`) still one key. A client's rows sit
+        # together, so a cell's INSERT lands among its client's last ones, where a random msg_id
+        # (JupyterLab's are uuids) landed on a leaf anywhere in the index.
+        """DROP INDEX cells_msg""",
+        """CREATE INDEX cells_client ON cells (client_session, msg_id)""",
     ),
 ]
 
