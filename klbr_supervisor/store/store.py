@@ -244,7 +244,7 @@ class Store(LoggingConfigurable):
             return False
         session_id, started = self.session_id, now()
 
-        def insert(c: sqlite3.Connection) -> None:
+        def insert(c: sqlite3.Cursor) -> None:
             cur = c.execute(
                 "INSERT INTO cells (session_id, generation, msg_id, client_session, msg_digest, frontend_cell_id,"
                 " code, status, started) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
@@ -288,7 +288,7 @@ class Store(LoggingConfigurable):
         seq = cell.seq
         text = str(content, "utf-8", "replace")  # straight from the frame's buffer
 
-        def insert(c: sqlite3.Connection) -> None:
+        def insert(c: sqlite3.Cursor) -> None:
             if cell.id is not None:
                 c.execute("INSERT INTO outputs (cell_id, seq, msg_type, content) VALUES (?, ?, ?, ?)",
                           (cell.id, seq, msg_type, text))
@@ -303,7 +303,7 @@ class Store(LoggingConfigurable):
         reply_text = dumps(reply) if reply is not None else None
         finished, output_bytes, truncated = now(), cell.output_bytes, int(cell.truncated)  # as of now
 
-        def update(c: sqlite3.Connection) -> None:
+        def update(c: sqlite3.Cursor) -> None:
             if cell.id is None:
                 return
             c.execute(
@@ -326,7 +326,7 @@ class Store(LoggingConfigurable):
         session_id, when = self.session_id, now()
         texts = [(msg_type, dumps(content)) for msg_type, content in outputs]
 
-        def insert(c: sqlite3.Connection) -> None:
+        def insert(c: sqlite3.Cursor) -> None:
             cur = c.execute(
                 "INSERT INTO cells (session_id, generation, msg_id, client_session, msg_digest, frontend_cell_id,"
                 " execution_count, code, status, started, finished, error, reply)"
@@ -347,7 +347,7 @@ class Store(LoggingConfigurable):
     def kv_put(self, scope: str, key: str, value: str, done: Done) -> bool:
         """Keep `value` (JSON text) under `key` in `scope` (a notebook). True: committed now; else
         `done` runs later on the loop, once it is committed or has failed."""
-        def upsert(c: sqlite3.Connection) -> None:
+        def upsert(c: sqlite3.Cursor) -> None:
             c.execute("INSERT INTO kv (scope, key, value) VALUES (?, ?, ?)"
                       " ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value", (scope, key, value))
 
