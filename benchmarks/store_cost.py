@@ -14,7 +14,8 @@ With --callgrind it runs itself twice under valgrind's callgrind, with `--cells`
 plus `--more` cells, every thread counted (the writer's checkpoints too), and prints the difference
 per cell: start-up, imports and warm-up cancel out. `--clients N` spreads the cells over N client
 sessions taking turns; `--existing N` first fills the file with N cells of another session (an
-old file: the index pages a cell touches are then not all in the cache).
+old file: the index pages a cell touches are then not all in the cache); `--jupyterlab` sends
+them as JupyterLab does (uuid msg_ids, a frontend cell id in the metadata: cells_frontend too).
 """
 
 from __future__ import annotations
@@ -38,7 +39,8 @@ from klbr_supervisor.store import Store
 
 
 class _Wire:
-    body = (b"", b"", b"", b"{}", b"")  # metadata (body[3]): what `frontend_cell_id` reads
+    def __init__(self, metadata: bytes):
+        self.body = (b"", b"", b"", metadata, b"")  # metadata (body[3]): what `frontend_cell_id` reads
 
 
 class _Execute:
@@ -50,9 +52,9 @@ class _Execute:
     generation = None
     outcome = None
     interrupted = False
-    wire = _Wire()
 
-    def __init__(self, client: str, msg_id: str, digest: str):
+    def __init__(self, client: str, msg_id: str, digest: str, metadata: bytes = b"{}"):
+        self.wire = _Wire(metadata)
         self.header = {"session": client, "msg_id": msg_id}
         self.msg_id = msg_id
         self.digest = digest
@@ -67,7 +69,7 @@ def _settled(error: object) -> None:
         raise SystemExit(msg)
 
 
-async def _cells(store: Store, n: int, clients: list[str], counter: list[int]) -> None:
+async def _cells(store: Store, n: int, clients: list[str], counter: list[int], jupyterlab: bool = False) -> None:
     log = CellLog(store)
     replies = Replies(None, None, log)  # type: ignore[arg-type]  # a new execute sends nothing
     pid = os.getpid()
@@ -75,7 +77,11 @@ async def _cells(store: Store, n: int, clients: list[str], counter: list[int]) -
         counter[0] += 1
         i = counter[0]
         client = clients[i % len(clients)]
-        req = _Execute(client, f"{client}_{pid}_{i}", f"{i:064x}")
+        if jupyterlab:  # a uuid per msg_id, and one of 50 notebook cells' ids in the metadata
+            metadata = (b'{"deletedCells":[],"recordTiming":false,"cellId":"%08d-cell-of-the-notebook"}' % (i % 50))
+            req = _Execute(client, str(uuid.uuid4()), f"{i:064x}", metadata)
+        else:  # jupyter_client's msg_ids and metadata
+            req = _Execute(client, f"{client}_{pid}_{i}", f"{i:064x}")
         if replies.duplicate(req):  # type: ignore[arg-type]
             msg = "a new execute was taken for a resend"
             raise SystemExit(msg)
@@ -89,11 +95,11 @@ async def _cells(store: Store, n: int, clients: list[str], counter: list[int]) -
         replies.replied(req)  # type: ignore[arg-type]
 
 
-async def _run(path: str, cells: int, warmup: int, clients: int, existing: int) -> float:
+async def _run(path: str, cells: int, warmup: int, clients: int, existing: int, jupyterlab: bool) -> float:
     if existing:
         old = Store(path=path)
         old.open(uuid=str(uuid.uuid4()), notebook=None, kernel="klbr")
-        await _cells(old, existing, [str(uuid.uuid4())], [0])
+        await _cells(old, existing, [str(uuid.uuid4())], [0], jupyterlab)
         old.close()
     store = Store(path=path)
     if not store.open(uuid=str(uuid.uuid4()), notebook=None, kernel="klbr"):
@@ -101,9 +107,9 @@ async def _run(path: str, cells: int, warmup: int, clients: int, existing: int) 
         raise SystemExit(msg)
     names = [str(uuid.uuid4()) for _ in range(clients)]
     counter = [existing]
-    await _cells(store, warmup, names, counter)
+    await _cells(store, warmup, names, counter, jupyterlab)
     start = time.process_time()
-    await _cells(store, cells, names, counter)
+    await _cells(store, cells, names, counter, jupyterlab)
     spent = time.process_time() - start
     store.close()
     return spent
@@ -118,14 +124,16 @@ def _callgrind(args: argparse.Namespace) -> None:
         with tempfile.TemporaryDirectory(prefix="klbr-store-cost-") as tmp:
             out = Path(tmp) / "callgrind.out"
             argv = [sys.executable, __file__, "--cells", str(cells), "--warmup", str(args.warmup),
-                    "--clients", str(args.clients), "--existing", str(args.existing)]
+                    "--clients", str(args.clients), "--existing", str(args.existing),
+                    *(["--jupyterlab"] if args.jupyterlab else [])]
             subprocess.run(["valgrind", "--quiet", "--tool=callgrind", f"--callgrind-out-file={out}", *argv],  # noqa: S603, S607 — our own argv
                            check=True, capture_output=True)
             found = re.search(r"^(?:summary|totals):\s+(\d+)", out.read_text(), re.MULTILINE)
             assert found is not None, "callgrind wrote no total"
             totals.append(int(found.group(1)))
     print(f"store instructions per trivial cell: {(totals[1] - totals[0]) / args.more:,.0f}"
-          f" ({args.more} cells, {args.clients} client session(s), {args.existing} cells before)")
+          f" ({args.more} cells, {args.clients} client session(s), {args.existing} cells before"
+          f"{', as from JupyterLab' if args.jupyterlab else ''})")
 
 
 def main() -> None:
@@ -135,6 +143,8 @@ def main() -> None:
     ap.add_argument("--more", type=int, default=1000, help="with --callgrind: cells the long run adds")
     ap.add_argument("--clients", type=int, default=1, help="client sessions the cells come from, taking turns")
     ap.add_argument("--existing", type=int, default=0, help="cells of an earlier session in the file first")
+    ap.add_argument("--jupyterlab", action="store_true",
+                    help="executes as JupyterLab sends them: uuid msg_ids, a cellId in the metadata")
     ap.add_argument("--callgrind", action="store_true", help="instructions per cell, under callgrind")
     args = ap.parse_args()
     if args.callgrind:
@@ -142,7 +152,7 @@ def main() -> None:
         return
     with tempfile.TemporaryDirectory(prefix="klbr-store-cost-") as tmp:
         spent = asyncio.run(_run(os.path.join(tmp, "klbr.sqlite3"), args.cells, args.warmup, args.clients,
-                                 args.existing))
+                                 args.existing, args.jupyterlab))
     print(f"store CPU per trivial cell: {spent / args.cells * 1e6:.1f} us ({args.cells} cells)")
 
 
