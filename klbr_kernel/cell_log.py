@@ -10,13 +10,14 @@ callback runs later, on the loop, once the write is committed or has failed (nev
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from klbr_supervisor.protocol import as_bytes
 from klbr_supervisor.store import CellRecord, Store, StoreError, queries
+from klbr_supervisor.wire import loads
 
 from .outcomes import cell_status
 from .requests import Request
@@ -40,10 +41,10 @@ _CELL_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 def frontend_cell_id(req: Request) -> str | None:
     """The id of the frontend cell an execute came from: JupyterLab 4 sends `metadata.cellId`
     (its cell model's shared id) with every execute_request; None when absent or not an nbformat id."""
-    metadata = req.wire.body[3]
-    if b"cellId" not in bytes(metadata):  # most frontends send none: no decoding for them
+    metadata = as_bytes(req.wire.body[3])
+    if b"cellId" not in metadata:  # most frontends send none: no decoding for them
         return None
-    value = json.loads(bytes(metadata)).get("cellId")
+    value = loads(metadata).get("cellId")  # the door decoded it already: it is a JSON object
     return value if isinstance(value, str) and _CELL_ID.match(value) else None
 
 
@@ -110,6 +111,14 @@ class CellLog:
         if not self.recording:
             return None
         return queries.recorded_execute(self._store.reader(), req.header.get("session", ""), req.msg_id, req.digest)
+
+    def logged_msg_ids(self, client_session: str, limit: int) -> set[str] | None:
+        """The msg_ids of the executes this log took from `client_session`, in any session; None
+        when there are more than `limit`, or when nothing is recorded (`recorded_execute` then
+        answers None for every execute, with no read)."""
+        if not self.recording:
+            return None
+        return queries.logged_msg_ids(self._store.reader(), client_session, limit)
 
     def recent_cells(self, n: int, notebook: str | None) -> list[sqlite3.Row]:
         """This notebook's last `n` cells, with their store ids and output counts (`%klbr history`)."""

@@ -90,11 +90,19 @@ def recorded_execute(conn: sqlite3.Connection, client_session: str, msg_id: str,
     """The cell a client sent as (client session, msg_id), in any kernel session of this log (a
     resend may come to the next kernel on the file): the one whose `msg_digest` is `digest` if
     there is one, else the latest that only shares the msg_id; None when no cell had it.
-    One read on `cells_msg`, which narrows to the rows of that msg_id (semantics 9)."""
-    row = conn.execute("SELECT msg_digest IS ?, status, reply FROM cells WHERE msg_id = ? AND client_session = ?"
+    One read on `cells_client`, which narrows to the rows of that msg_id (semantics 9)."""
+    row = conn.execute("SELECT msg_digest IS ?, status, reply FROM cells WHERE client_session = ? AND msg_id = ?"
                        " ORDER BY msg_digest IS ? DESC, id DESC LIMIT 1",
-                       (digest, msg_id, client_session, digest)).fetchone()
+                       (digest, client_session, msg_id, digest)).fetchone()
     return Taken(bool(row[0]), row[1], json.loads(row[2]) if row[2] else None) if row else None
+
+
+def logged_msg_ids(conn: sqlite3.Connection, client_session: str, limit: int) -> set[str] | None:
+    """The msg_ids of every execute a client sent as `client_session`, in any kernel session of
+    this log; None when there are more than `limit` rows of it. One range of `cells_client`."""
+    rows = conn.execute("SELECT msg_id FROM cells WHERE client_session = ? LIMIT ?",
+                        (client_session, limit + 1)).fetchall()
+    return None if len(rows) > limit else {row[0] for row in rows}
 
 
 # -- history (history_request, %klbr history) -------------------------------------------------------

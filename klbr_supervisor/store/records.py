@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 
-@dataclass(eq=False)
+@dataclass(eq=False, slots=True)
 class CellRecord:
     """One cell's row, from `Store.cell_started` to `Store.cell_finished`.
 

@@ -79,7 +79,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
     # cells.msg_digest: what made an execute that message and no other, since a client may reuse a
     # msg_id with other code (semantics 9): its signature as received, or with no key "sha256:" and a
     # digest of its header and content. Rows written before it have none, and no resend matches them.
-    # Read through cells_msg (msg_id, client_session): that narrows to the few rows of one msg_id.
+    # Read through cells_msg (msg_id, client_session), cells_client since schema 6: the few rows of one msg_id.
     (
         """ALTER TABLE cells ADD COLUMN msg_digest TEXT""",
     ),
@@ -96,6 +96,24 @@ MIGRATIONS: list[tuple[str, ...]] = [
         # was sampled (a worker elsewhere, a cell no worker ran).
         """ALTER TABLE cells ADD COLUMN memory_peak INTEGER""",
         """ALTER TABLE generations ADD COLUMN memory_peak INTEGER""",
+    ),
+    (
+        # Every cell's `running` row entered cells_status and its outcome left it: a page more in
+        # the WAL for each of a cell's two commits (~24k instructions per cell). Only recovery read
+        # it, for the running cells of a dead session, which cells_session finds as well (the
+        # session's rows, read once when a kernel finds its predecessor dead).
+        """DROP INDEX cells_status""",
+    ),
+    (
+        # cells_msg by client session first: what a kernel asks once of each client session it sees
+        # (the msg_ids it has in the log, `queries.logged_msg_ids`) is one range of it, and the
+        # lookup of one execute (`queries.recorded_execute`) still one key. It costs an INSERT
+        # ~3-5k instructions more than the other order (the client session, the same for a
+        # client's every row, is compared before the msg_id; with 20,000 rows before it, both
+        # orders' pages were in the loop connection's cache alike), against ~60k for the read per
+        # execute that it lets `Replies` skip.
+        """DROP INDEX cells_msg""",
+        """CREATE INDEX cells_client ON cells (client_session, msg_id)""",
     ),
 ]
 

@@ -1,9 +1,10 @@
 """How the store's writes reach the file: one thread, in order, and the loop's direct commit.
 
-A write is a callable `apply(conn)`. Queued writes are batched into one transaction by the writer
-thread; `report(failure, dones)` then runs on the event loop (`failure` is the sqlite3 or OS error
-that rolled the batch back, or None). When nothing is queued or being written, `direct` commits on
-the loop instead (no thread handoff on the request path) and returns the outcome to its caller,
+A write is a callable `apply(cursor)`, given its connection's one cursor. Queued writes are
+batched into one transaction by the writer thread; `report(failure, dones)` then runs on the event
+loop (`failure` is the sqlite3 or OS error that rolled the batch back, or None). When nothing is
+queued or being written, `direct` commits on the loop instead (no thread handoff on the request
+path) and returns the outcome to its caller,
 with a connection that never waits for another kernel's lock and never checkpoints: the thread
 folds the WAL back every `CHECKPOINT_EVERY` direct commits, so no cell waits for a checkpoint's copy
 and sync.
@@ -27,7 +28,9 @@ from typing import Generic, TypeVar
 
 log = logging.getLogger(__name__)
 
-Apply = Callable[[sqlite3.Connection], object]  # what it returns (a cursor, say) is ignored
+# A write gets its connection's one cursor: `Connection.execute` makes a cursor per call (~4k
+# instructions, twice per cell, made and freed). What it returns is ignored.
+Apply = Callable[[sqlite3.Cursor], object]
 # What the submitter wants called once its write is committed: the writer only hands it back to `report`.
 D = TypeVar("D")
 Report = Callable[[Exception | None, list[D]], None]
@@ -43,12 +46,13 @@ _BATCH = 1000
 CHECKPOINT_EVERY = 200
 
 
-def _commit(conn: sqlite3.Connection, applies: Iterable[Apply]) -> Exception | None:
+def _commit(cursor: sqlite3.Cursor, applies: Iterable[Apply]) -> Exception | None:
     """Apply in one transaction (already begun); the error that rolled it back, or None."""
+    conn = cursor.connection
     apply = None
     try:
         for apply in applies:
-            apply(conn)
+            apply(cursor)
         apply = None
         conn.execute("COMMIT")
         return None
@@ -62,11 +66,12 @@ def _commit(conn: sqlite3.Connection, applies: Iterable[Apply]) -> Exception | N
         return e
 
 
-def _alone(conn: sqlite3.Connection, apply: Apply) -> Exception | bool | None:
+def _alone(cursor: sqlite3.Cursor, apply: Apply) -> Exception | bool | None:
     """Apply one statement, which commits by itself (autocommit: no BEGIN and COMMIT around it).
     False: not applied, the file is another connection's to write now (busy); else as `_commit`."""
+    conn = cursor.connection
     try:
-        apply(conn)
+        apply(cursor)
         return None
     except sqlite3.OperationalError as e:
         if e.sqlite_errorcode & 0xFF == sqlite3.SQLITE_BUSY and not conn.in_transaction:
@@ -90,6 +95,8 @@ class Writer(Generic[D]):
         """`conn` is the thread's; `direct_conn` the loop's (busy_timeout 0, wal_autocheckpoint 0)."""
         self._conn = conn
         self._direct_conn = direct_conn
+        self._cursor = conn.cursor()  # the thread's
+        self._direct_cursor = direct_conn.cursor()  # the loop's
         self._report = report
         self._loop = asyncio.get_running_loop()
         self._queue: queue.SimpleQueue[tuple[Apply, D | None] | _Signal] = queue.SimpleQueue()
@@ -116,13 +123,14 @@ class Writer(Generic[D]):
         submit it instead; (True, failure): done, `failure` the error that rolled it back, or None.
         `one_statement`: `apply` runs one SQL statement (or none), which commits by itself: a
         transaction around it would only add a BEGIN and a COMMIT to every cell's two writes."""
-        if self.closed or self._submitted != self._committed or not self._lock.acquire(blocking=False):
+        # acquire(False), not blocking=False: the lock parses a keyword the slow way (~1k instructions).
+        if self.closed or self._submitted != self._committed or not self._lock.acquire(False):
             return False, None
         try:
             if self._submitted != self._committed:  # the writer took an item meanwhile
                 return False, None
             if one_statement:
-                alone = _alone(self._direct_conn, apply)
+                alone = _alone(self._direct_cursor, apply)
                 if alone is False:
                     return False, None  # busy: the writer thread waits for the lock instead
                 failure = alone if isinstance(alone, Exception) else None
@@ -131,7 +139,7 @@ class Writer(Generic[D]):
                     self._direct_conn.execute("BEGIN IMMEDIATE")
                 except sqlite3.OperationalError:
                     return False, None  # busy: the writer thread waits for the lock instead
-                failure = _commit(self._direct_conn, [apply])
+                failure = _commit(self._direct_cursor, [apply])
         finally:
             self._lock.release()
         self._direct_commits += 1
@@ -182,7 +190,7 @@ class Writer(Generic[D]):
             with self._lock:
                 try:
                     conn.execute("BEGIN IMMEDIATE")
-                    failure = _commit(conn, [apply for apply, _ in batch])
+                    failure = _commit(self._cursor, [apply for apply, _ in batch])
                 except (sqlite3.Error, OSError) as e:
                     failure = e
                 self._committed += len(batch)
