@@ -29,6 +29,9 @@ class IllegalMove(RuntimeError):  # noqa: N818 — named for what happened, as t
 
 
 class Phase(enum.Enum):
+    # Members hash by identity, as they compare: enum's own __hash__ is a Python function, and
+    # every move looks its state up in a table and a set (dozens of calls per cell).
+    __hash__ = object.__hash__
     QUEUED = "queued"  # in the shell queue, or held until a generation is ready
     RECORDING = "recording"  # a cell whose `running` row is committing before the worker sees it
     SENT = "sent"  # with the worker, which has sent neither its reply nor its idle for it yet
@@ -61,6 +64,7 @@ ENDED_BY_BOUNDARY = frozenset(Phase) - {Phase.DONE}
 
 
 class ProxyState(enum.Enum):
+    __hash__ = object.__hash__  # as Phase's
     SERVING = "serving"
     STOPPING = "stopping"  # a shutdown has begun: nothing new runs, what waits is aborted
     STOPPED = "stopped"  # everything is answered: `Proxy.run` returns
@@ -74,6 +78,7 @@ PROXY_TRANSITIONS: dict[ProxyState, frozenset[ProxyState]] = {
 
 
 class QueueState(enum.Enum):
+    __hash__ = object.__hash__  # as Phase's
     FREE = "free"  # nothing in flight: the next request may start
     BUSY = "busy"  # one request in flight
     # The boundary answered the request in flight while its worker still runs it: the next request
@@ -89,6 +94,7 @@ QUEUE_TRANSITIONS: dict[QueueState, frozenset[QueueState]] = {
 
 
 class LinkState(enum.Enum):
+    __hash__ = object.__hash__  # as Phase's
     NONE = "none"  # no generation serves: forwarded traffic waits, the queue waits
     SERVING = "serving"
     DEBUGGING = "debugging"  # serving, with a debug session on it, which ends with the generation

@@ -12,6 +12,9 @@ from dataclasses import dataclass
 
 
 class GenerationState(enum.Enum):
+    # Members hash by identity, as they compare: enum's own __hash__ is a Python function, and
+    # every move looks its state up in a table and a set (dozens of calls per cell).
+    __hash__ = object.__hash__
     NEW = "new"  # created; its start has not begun
     LAUNCHING = "launching"  # its placement checked, then its target launching the worker
     STARTING = "starting"  # launched: connecting, until it answers kernel_info (`readiness`)
@@ -63,6 +66,7 @@ class Ending:
 
 
 class SupervisorState(enum.Enum):
+    __hash__ = object.__hash__  # as GenerationState's
     SERVING = "serving"  # a generation serves or starts, or one starts when a request waits
     START_FAILED = "start_failed"  # the current generation never served: the next request starts
     # another, its placement checked first (a failed start is never retried in a loop)
