@@ -52,6 +52,9 @@ class Frontend:
         self.drops = Drops(log)  # what came in and was not served, counted
         # Signatures already taken, oldest first, bounded as jupyter_client bounds its digest history.
         self._seen: dict[bytes, None] = {}
+        # Read once: the key never changes, and each read of a Session trait is a traitlets call.
+        self._sign = session.sign if session.auth is not None else None
+        self._history_size = session.digest_history_size
 
     def bind(self) -> None:
         """Take over the sockets bound at start-up (see `early`), or bind them now."""
@@ -111,7 +114,7 @@ class Frontend:
         (semantics 9), where a rejected replay would leave the client waiting forever.
         """
         prefix, body = protocol.split(frames)
-        header, parent, _, _ = protocol.verify(body, self.session.sign if self.session.auth is not None else None)
+        header, parent, _, _ = protocol.verify(body, self._sign)
         signature = protocol.as_bytes(body[0])
         try:
             header_object, parent_object = loads(header), loads(parent)
@@ -132,7 +135,7 @@ class Frontend:
 
     def _remember(self, signature: bytes) -> None:
         self._seen[signature] = None
-        if len(self._seen) > self.session.digest_history_size:
+        if len(self._seen) > self._history_size:
             del self._seen[next(iter(self._seen))]
 
     def _subscription(self, frames: list[zmq.Frame]) -> None:
