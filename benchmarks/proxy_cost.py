@@ -1,9 +1,11 @@
 """What the proxy process itself costs per trivial cell.
 
-CPU of the kernel process alone (every thread of it, from
-/proc/PID/task/*/schedstat, nanoseconds), over thousands of trivial cells, klbr and plain ipykernel
-taking turns in blocks so drift on the machine hits both alike; plain ipykernel's CPU per cell (its
-kernel process is the whole kernel) beside it, and the proxy's as a share of it.
+CPU of the kernel process alone (every thread of it, from /proc/PID/task/*/schedstat, nanoseconds),
+over thousands of trivial cells, klbr, plain ipykernel and the hop floor (ipykernel behind
+`forwarder.py`, a C-level ZMQ forwarder: what any proxy process costs here, with no Python per
+message) taking turns in blocks so drift on the machine hits all alike. Plain ipykernel's CPU per
+cell (its kernel process is the whole kernel) is beside them, and the proxy's and the forwarder's
+as a share of it.
 
 With --callgrind, the deterministic figure for an A/B of one change: instructions the proxy process
 executes per trivial cell (every thread of it; the workers, its children, run natively and are not
@@ -14,8 +16,11 @@ the run but does not change the count. (valgrind answers ENOSYS for pidfd_open; 
 watches each worker with a thread in waitid, which costs nothing per cell.) `make bench-deps`
 installs valgrind.
 
-    .venv/bin/python benchmarks/proxy_cost.py [--cells 3000] [--repeat N]
-    .venv/bin/python benchmarks/proxy_cost.py --callgrind [--cells 200] [--repeat N]
+--placement SPEC runs klbr's workers there (`--Supervisor.placement=SPEC`); `kernelspec:python3-aa`
+names a copy of plain ipykernel's kernelspec that this script provides: the re-signing path.
+
+    .venv/bin/python benchmarks/proxy_cost.py [--cells 3000] [--repeat N] [--placement SPEC]
+    .venv/bin/python benchmarks/proxy_cost.py --callgrind [--cells 200] [--repeat N] [--placement SPEC]
 """
 
 from __future__ import annotations
@@ -50,13 +55,29 @@ def process_cpu_ns(pid: int) -> int:
     return total
 
 
+def kernelspecs(placement: str | None) -> None:
+    """On JUPYTER_PATH: klbr as this run asks for it (`klbr-cost`), a copy of plain ipykernel
+    (`python3-aa`, for `kernelspec:python3-aa`) and the hop floor (`klbr-cost-floor`)."""
+    root = Path(tempfile.mkdtemp(prefix="klbr-proxy-cost-specs-"))
+    klbr = [sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}"]
+    for name, argv in (("klbr-cost", klbr + ([f"--Supervisor.placement={placement}"] if placement else [])),
+                       ("python3-aa", [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]),
+                       ("klbr-cost-floor", [sys.executable, str(Path(__file__).with_name("forwarder.py")),
+                                            "-f", "{connection_file}"])):
+        (root / "kernels" / name).mkdir(parents=True)
+        (root / "kernels" / name / "kernel.json").write_text(json.dumps({
+            "argv": argv, "display_name": name, "language": "python", "interrupt_mode": "message"}))
+    os.environ["JUPYTER_PATH"] = os.pathsep.join([str(root), *filter(None, [os.environ.get("JUPYTER_PATH")])])
+
+
 def proc_mode(cells: int, block: int) -> dict[str, float]:
-    """Kernel-process CPU per trivial cell (ms), klbr's and plain ipykernel's, taking turns."""
-    kernels = {"klbr": "klbr", "ipykernel": "python3"}
+    """Kernel-process CPU per trivial cell (ms), klbr's, plain ipykernel's and the hop floor's,
+    taking turns."""
+    kernels = {"klbr": "klbr-cost", "ipykernel": "python3", "hop floor": "klbr-cost-floor"}
     spent = dict.fromkeys(kernels, 0)
     done = dict.fromkeys(kernels, 0)
-    with kernel("klbr") as klbr, kernel("python3") as plain:
-        running = {"klbr": klbr, "ipykernel": plain}
+    with kernel("klbr-cost") as klbr, kernel("python3") as plain, kernel("klbr-cost-floor") as floor:
+        running = {"klbr": klbr, "ipykernel": plain, "hop floor": floor}
         for b in range(max(1, cells // block)):
             for label in rotated(dict.fromkeys(kernels, ""), b):
                 km, kc = running[label]
@@ -71,19 +92,22 @@ def proc_mode(cells: int, block: int) -> dict[str, float]:
     return {"cells per kernel": done["klbr"],
             "klbr proxy process CPU per trivial cell (ms)": per_cell["klbr"],
             "ipykernel CPU per trivial cell (ms)": per_cell["ipykernel"],
-            "proxy share of ipykernel's CPU per cell": per_cell["klbr"] / per_cell["ipykernel"]}
+            "hop floor process CPU per trivial cell (ms)": per_cell["hop floor"],
+            "proxy share of ipykernel's CPU per cell": per_cell["klbr"] / per_cell["ipykernel"],
+            "hop floor share of ipykernel's CPU per cell": per_cell["hop floor"] / per_cell["ipykernel"]}
 
 
 @contextmanager
-def under_callgrind(workdir: Path):
+def under_callgrind(workdir: Path, placement: str | None):
     """A klbr kernel whose proxy process runs under callgrind (its children natively), and the
     directory its dumps are written to."""
     spec = workdir / "kernels" / "klbr-callgrind"
     spec.mkdir(parents=True)
+    placed = [f"--Supervisor.placement={placement}"] if placement else []
     (spec / "kernel.json").write_text(json.dumps({
         "argv": ["valgrind", "--quiet", "--tool=callgrind", "--trace-children=no", "--vgdb=yes",
                  f"--callgrind-out-file={workdir}/callgrind.out.%p",
-                 sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}"],
+                 sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}", *placed],
         "display_name": "klbr under callgrind", "language": "python", "interrupt_mode": "message",
     }))
     os.environ["JUPYTER_PATH"] = os.pathsep.join([str(workdir), *filter(None, [os.environ.get("JUPYTER_PATH")])])
@@ -110,7 +134,7 @@ def dumped_instructions(workdir: Path, pid: int) -> int:
     return int(found.group(1))
 
 
-def callgrind_mode(cells: int, warmup: int) -> dict[str, float]:
+def callgrind_mode(cells: int, warmup: int, placement: str | None) -> dict[str, float]:
     """Instructions of the proxy process per trivial cell over `cells` cells."""
     control = shutil.which("callgrind_control")
     if shutil.which("valgrind") is None or control is None:
@@ -118,7 +142,7 @@ def callgrind_mode(cells: int, warmup: int) -> dict[str, float]:
         raise SystemExit(msg)
     workdir = Path(tempfile.mkdtemp(prefix="klbr-callgrind-"))
     try:
-        with under_callgrind(workdir) as (km, kc):
+        with under_callgrind(workdir, placement) as (km, kc):
             pid = km.provisioner.process.pid
             for _ in range(warmup):
                 run_cell(kc, "pass")
@@ -142,14 +166,16 @@ def main() -> None:
     ap.add_argument("--warmup", type=int, default=50, help="with --callgrind: cells run before counting")
     ap.add_argument("--block", type=int, default=100, help="cells per turn")
     ap.add_argument("--repeat", type=int, default=1, help="runs; the median of each figure is printed too")
+    ap.add_argument("--placement", help="klbr's workers there (kernelspec:python3-aa: plain ipykernel, re-signed)")
     args = ap.parse_args()
+    kernelspecs(args.placement)
     # A cell log of its own: the default file may be another klbr's, of a schema this one cannot
     # write, and an unrecorded kernel would leave the store's cost out of the figure.
     os.environ.setdefault("KLBR_DB", os.path.join(tempfile.mkdtemp(prefix="klbr-proxy-cost-"), "klbr.sqlite3"))
     runs = []
     for _ in range(args.repeat):
         if args.callgrind:
-            runs.append(callgrind_mode(args.cells or 200, args.warmup))
+            runs.append(callgrind_mode(args.cells or 200, args.warmup, args.placement))
         else:
             runs.append(proc_mode(args.cells or 3000, args.block))
         print(json.dumps(runs[-1]), flush=True)
