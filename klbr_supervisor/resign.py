@@ -10,6 +10,7 @@ a shared-key worker sends them (DESIGN.md, placement: keys). Content and buffers
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 from jupyter_client.session import Session
@@ -17,6 +18,9 @@ from jupyter_client.session import Session
 from .protocol import DELIM, BadSignature, Frames, as_bytes, split, verify
 
 __all__ = ["BadSignature", "Resigner", "take_key"]
+
+# A session id that JSON writes as it is (jupyter_client's are uuids).
+_PLAIN = re.compile(r"[\w.-]+", re.ASCII)
 
 
 class Resigner:
@@ -28,6 +32,10 @@ class Resigner:
         # every header as jupyter_client packs JSON (with the standard library's spaces, or none
         # where orjson is installed): such a header goes on as it is, unparsed.
         self._ours = (f'"session": "{frontend.session}"'.encode(), f'"session":"{frontend.session}"'.encode())
+        # A worker with a session id of its own (a kernelspec's) writes that one in every header: once
+        # it is known, as the worker spells it, it is replaced in the bytes (a header decoded and
+        # encoded again cost each message more than its two signatures).
+        self._theirs: tuple[bytes, bytes] | None = None
 
     def from_worker(self, frames: Frames) -> Frames:
         """Frames as the worker sent them -> frames as a shared-key worker would have sent them.
@@ -36,11 +44,26 @@ class Resigner:
         prefix, body = split(frames)
         header, parent, metadata, content = verify(body, self.worker.sign if self.worker.auth is not None else None)
         if not ((self._ours[0] in header or self._ours[1] in header) and header.count(b'"session"') == 1):
-            parsed = json.loads(header)
-            parsed["session"] = self.frontend.session
-            header = json.dumps(parsed).encode()
+            theirs = self._theirs
+            if theirs is not None and theirs[0] in header and header.count(b'"session"') == 1:
+                header = header.replace(theirs[0], theirs[1])
+            else:
+                header = self._with_our_session(header)
         signed = [header, parent, metadata, content]
         return [*prefix, DELIM, self.frontend.sign(signed), *signed, *body[5:]]
+
+    def _with_our_session(self, header: bytes) -> bytes:
+        """The header with the proxy's session id, decoded and encoded again; and the worker's own
+        id, as it spells it, learnt for the next header (both plain ids, nothing JSON escapes)."""
+        parsed = json.loads(header)
+        theirs = parsed.get("session")
+        ours = self.frontend.session
+        if isinstance(theirs, str) and _PLAIN.fullmatch(theirs) and _PLAIN.fullmatch(ours):
+            for spelling in ('"session": "{}"', '"session":"{}"'):
+                if spelling.format(theirs).encode() in header:
+                    self._theirs = (spelling.format(theirs).encode(), spelling.format(ours).encode())
+        parsed["session"] = ours
+        return json.dumps(parsed).encode()
 
     def to_worker(self, frames: Frames) -> Frames:
         """``[DELIM, hmac, header, parent, metadata, content, *buffers]`` signed with the frontend's

@@ -89,6 +89,11 @@ def test_a_resigned_message_carries_the_proxys_session_and_only_a_good_signature
         frames = resigner.from_worker([b"ident", *serialized])
         if worker_session == frontend.session:  # its header goes on as the worker packed it
             assert frames[3] == serialized[2]
+        else:  # once its own session id is known, it is replaced where the worker wrote it
+            again = worker.serialize(worker.msg("status", {"execution_state": "busy"}))
+            theirs, ours = (f'"session":"{sid}"'.encode() for sid in (worker_session, frontend.session))
+            assert theirs in again[2]  # (orjson's spelling: jupyter_client packs with it here)
+            assert resigner.from_worker([b"ident", *again])[3] == again[2].replace(theirs, ours)
         got = frontend.deserialize(frontend.feed_identities(frames)[1])  # checks the frontend's signature
         assert got["header"]["session"] == frontend.session and got["header"]["msg_id"] == sent["header"]["msg_id"]
         assert got["content"] == {"execution_state": "idle"}
