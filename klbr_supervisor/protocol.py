@@ -59,11 +59,18 @@ def split(frames: Frames) -> tuple[Frames, Frames]:
     return frames[:i], body
 
 
-def verify(body: Frames, sign: Sign | None) -> list[bytes]:
+def verify(body: Frames, sign: Sign | None, *, views: bool = False) -> list[Any]:
     """The four signed parts of `body` (header, parent header, metadata, content) as bytes, once its
     signature is what `sign` makes of them; `sign` None: no key, nothing to check. Raises
-    `BadSignature` (as jupyter_client's `Session.deserialize` refuses an unsigned or invalid one)."""
-    parts = [frame if type(frame) is bytes else as_bytes(frame) for frame in body[1:5]]
+    `BadSignature` (as jupyter_client's `Session.deserialize` refuses an unsigned or invalid one).
+    `views`: metadata and content received as frames (64 KiB or more) are memoryviews of them,
+    not copies (what is only signed again and forwarded: a 50 MiB output is not copied)."""
+    parts: list[Any]
+    if views:
+        parts = [frame if type(frame) is bytes else as_bytes(frame) for frame in body[1:3]]
+        parts += [frame if type(frame) is bytes else memoryview(frame) for frame in body[3:5]]
+    else:
+        parts = [frame if type(frame) is bytes else as_bytes(frame) for frame in body[1:5]]
     if sign is not None:
         signature = as_bytes(body[0])
         if not signature:

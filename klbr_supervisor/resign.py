@@ -42,7 +42,8 @@ class Resigner:
         Raises `BadSignature` (not its generation's key), or another `MalformedMessage` for frames
         that are no message."""
         prefix, body = split(frames)
-        header, parent, metadata, content = verify(body, self.worker.sign if self.worker.auth is not None else None)
+        header, parent, metadata, content = verify(body, self.worker.sign if self.worker.auth is not None else None,
+                                                   views=True)
         if not ((self._ours[0] in header or self._ours[1] in header) and header.count(b'"session"') == 1):
             theirs = self._theirs
             if theirs is not None and theirs[0] in header and header.count(b'"session"') == 1:

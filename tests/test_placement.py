@@ -210,6 +210,12 @@ def test_kernelspec_placement_resigns_with_a_fresh_key(tmp_path, kernelspec_dir)
         # Everything still flows both ways through the re-signing: outputs, input, interrupts.
         reply, outputs = execute(kc, "print('through'); 6 * 7")
         assert stream_text(outputs) == "through\n" and results(outputs) == ["42"]
+        # An output past 64 KiB, received as a frame and re-signed without a copy: whole, and recorded.
+        reply, outputs = execute(kc, "print('y' * 300_000)")
+        assert stream_text(outputs) == "y" * 300_000 + "\n"
+        with sqlite3.connect(tmp_path / "log.sqlite3") as db:
+            (recorded,) = db.execute("SELECT content FROM outputs ORDER BY cell_id DESC, seq DESC LIMIT 1").fetchone()
+        assert json.loads(recorded)["text"] == "y" * 300_000 + "\n"
         msg_id = kc.execute("answer = input('name? ')", allow_stdin=True)
         request = kc.get_stdin_msg(timeout=30)
         assert request["content"]["prompt"] == "name? "
