@@ -4,6 +4,7 @@ rounds, interleaved, and makes the tables."""
 from __future__ import annotations
 
 import asyncio
+import glob
 import json
 import os
 import sqlite3
@@ -46,10 +47,22 @@ def rotated(kernels: dict[str, str], by: int) -> dict[str, str]:
     return dict(items[by:] + items[:by])
 
 
+def process_cpu_ns(pid: int) -> int:
+    """CPU nanoseconds used so far by every live thread of `pid` (not its children), from
+    /proc/PID/task/*/schedstat: finer than the clock ticks of /proc/PID/stat."""
+    total = 0
+    for stat in glob.glob(f"/proc/{pid}/task/*/schedstat"):
+        try:
+            total += int(Path(stat).read_text().split()[0])
+        except (OSError, IndexError, ValueError):
+            continue  # a thread that ended meanwhile
+    return total
+
+
 def tree_cpu_s(pid: int) -> float:
-    """CPU seconds used so far by `pid` and its live descendants (a kernel and its workers)."""
+    """CPU seconds used so far by `pid` and its live descendants (a kernel and its workers), from
+    each thread's schedstat (nanoseconds: a trivial cell costs a few clock ticks of /proc/PID/stat)."""
     children: dict[int, list[int]] = {}
-    ticks: dict[int, int] = {}
     for entry in os.listdir("/proc"):
         if not entry.isdigit():
             continue
@@ -57,37 +70,43 @@ def tree_cpu_s(pid: int) -> float:
             fields = Path(f"/proc/{entry}/stat").read_text().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        ticks[int(entry)] = int(fields[11]) + int(fields[12])  # utime + stime
         children.setdefault(int(fields[1]), []).append(int(entry))
     total, todo = 0, [pid]
     while todo:
         p = todo.pop()
-        total += ticks.get(p, 0)
+        total += process_cpu_ns(p)
         todo.extend(children.get(p, []))
-    return total / os.sysconf("SC_CLK_TCK")
+    return total / 1e9
+
+
+# The kernel process alone: klbr's proxy (its workers are its children), all of plain ipykernel.
+PROCESS_CPU = "kernel process CPU per trivial cell (ms)"
 
 
 def trivial_cells(kernels: dict[str, str | tuple[str, dict]], cells: int, add, block: int = 20) -> None:
     """Latency and CPU of trivial cells, every kernel (a kernelspec name, or a name and environment)
     running at once and taking turns in blocks of `block` cells, so drift hits all alike. A warm-up
     cell after each turn lets the previous kernel's background work (a history thread, a writer)
-    settle before the clock runs."""
+    settle before the clock runs. CPU is the kernel's and its workers', and the kernel process's alone."""
     with ExitStack() as stack:
         running = {label: stack.enter_context(kernel(*([spec] if isinstance(spec, str) else spec)))
                    for label, spec in kernels.items()}
         cpu = dict.fromkeys(kernels, 0.0)
+        own = dict.fromkeys(kernels, 0)
         blocks = max(1, cells // block)
         for b in range(blocks):
             for label in rotated(dict.fromkeys(kernels, ""), b):
                 km, kc = running[label]
                 run_cell(kc, "pass")
                 pid = km.provisioner.process.pid
-                before = tree_cpu_s(pid)
+                before, before_own = tree_cpu_s(pid), process_cpu_ns(pid)
                 for _ in range(block):
                     add(label, "trivial cell (ms)", run_cell(kc, "pass") * 1000)
                 cpu[label] += tree_cpu_s(pid) - before
+                own[label] += process_cpu_ns(pid) - before_own
         for label in kernels:
             add(label, "CPU per trivial cell, kernel and workers (ms)", cpu[label] / (blocks * block) * 1000)
+            add(label, PROCESS_CPU, own[label] / (blocks * block) / 1e6)
 
 
 def run_cell(kc, code: str, timeout: float = 300) -> float:

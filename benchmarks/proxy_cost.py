@@ -26,7 +26,6 @@ names a copy of plain ipykernel's kernelspec that this script provides: the re-s
 from __future__ import annotations
 
 import argparse
-import glob
 import json
 import os
 import re
@@ -41,18 +40,7 @@ from pathlib import Path
 
 from jupyter_client.manager import KernelManager
 
-from measures import kernel, rotated, run_cell
-
-
-def process_cpu_ns(pid: int) -> int:
-    """CPU nanoseconds used so far by every live thread of `pid` (not its children)."""
-    total = 0
-    for stat in glob.glob(f"/proc/{pid}/task/*/schedstat"):
-        try:
-            total += int(Path(stat).read_text().split()[0])
-        except (OSError, IndexError, ValueError):
-            continue  # a thread that ended meanwhile
-    return total
+from measures import kernel, process_cpu_ns, rotated, run_cell
 
 
 def kernelspecs(placement: str | None) -> None:
