@@ -40,10 +40,15 @@ FLUSH_AT = 1 << 20
 # And its shell is served on the main thread, as ipykernel 6 serves it: ipykernel 7 reads shell on a
 # thread of its own for kernel subshells, and hands every request to the main thread and every reply
 # back over inproc sockets, decoding each header twice. klbr offers no subshells (the proxy refuses
-# their requests), so the bootstrap drops that thread before it starts (`init_sockets` made it,
-# `init_kernel` starts it) and ipykernel takes its own path without one: the shell stream on the main
-# loop. A trivial cell then costs the worker about 0.4 ms less CPU and 0.3 ms less time here (2026-12-03).
-# (An ipykernel without the thread, 6.x, is left as it is.)
+# their requests), so on ipykernel 7 the bootstrap drops that thread before it starts (`init_sockets`
+# made it, `init_kernel` starts it), and ipykernel takes the path it keeps for no thread: the shell
+# stream on the main loop. It says "no subshells" (`_supports_kernel_subshells`) and finds, where it
+# asks for the thread, a stand-in that is false where it checks for one and whose `parent_thread` is
+# the main thread: a cell with a top-level await asks which thread reads shell, to cancel itself on
+# SIGINT (`tests/test_placement.py` runs such cells, interrupted too, and comms during one). A
+# trivial cell then costs the worker about 0.4 ms less CPU and 0.3 ms less time here (2026-12-03).
+# Only on ipykernel 7, whose uses of the thread were read for this: 6.x has none, and another major
+# version is left as it is.
 # `Supervisor.memory_limit`, in bytes, comes in the worker's environment under this name and is set
 # as RLIMIT_DATA before ipykernel is imported: an allocation past it fails in the worker (a Python
 # one raises MemoryError in the cell), and the processes the worker starts inherit it. RLIMIT_DATA
@@ -106,15 +111,23 @@ if callable(_write):
 else:
     _absent("stdout and stderr flush every 0.2 s only (ipykernel.iostream has no OutStream.write): "
             "a cell that prints a flood sends it as one message")
+import ipykernel
+from ipykernel.kernelbase import Kernel
 _init_sockets = getattr(IPKernelApp, "init_sockets", None)
-if callable(_init_sockets):
+if ipykernel.version_info[0] == 7 and callable(_init_sockets) and hasattr(Kernel, "_supports_kernel_subshells"):
+    import threading
+    class _NoShellChannelThread:
+        parent_thread = threading.main_thread()
+        def __bool__(self):
+            return False
     def _shell_on_the_main_thread(self):
         _init_sockets(self)
         thread = getattr(self, "shell_channel_thread", None)
         if thread is not None:
-            self.shell_channel_thread = None
             thread.io_loop.close()
+            self.shell_channel_thread = _NoShellChannelThread()
     IPKernelApp.init_sockets = _shell_on_the_main_thread
+    Kernel._supports_kernel_subshells = property(lambda self: False)
 runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 """
 
