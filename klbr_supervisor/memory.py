@@ -84,6 +84,7 @@ class Reread:
             try:
                 self._fd = os.open(self.path, os.O_RDONLY | os.O_CLOEXEC)
             except OSError:
+                self._closed = True  # gone: never opened again, where a reused pid might answer
                 return None
         try:
             return os.pread(self._fd, 4096, 0)
@@ -256,7 +257,7 @@ class MemoryWatch:
         self._pids: list[int] = [pid]
         self._statm = Reread(f"/proc/{pid}/statm")  # the worker's own; the rest of its tree by path
         self._meminfo = Reread("/proc/meminfo")
-        self._free: int | None = None  # MemAvailable, as the last full sample read it
+        self._could_have: int | None = None  # MemAvailable and the tree's resident set, at the last full sample
         self._samples = 0
         self._events = own_cgroup(pid)
         self._oom_kills = oom_kills(self._events)
@@ -267,10 +268,10 @@ class MemoryWatch:
     def sample(self, *, quick: bool = False) -> int:
         """The tree's resident set now (bytes), kept as the last sample and counted in the peaks.
 
-        `quick`, as a cell ends: the processes the last full sample found, and the machine's
-        MemAvailable as that sample read it (a worker with no children costs one pread: reading
-        /proc/meminfo costs four times a statm). A stale MemAvailable only makes what the worker
-        could have look larger, so it never makes an end look like out of memory that was not."""
+        `quick`, as a cell ends: the processes the last full sample found, and what the worker
+        could have as that sample saw it (MemAvailable and the tree's resident set then: the
+        worker's own growth since does not change that sum), one pread for a worker with no
+        children, where reading /proc/meminfo costs four times a statm."""
         if not quick:
             if self._samples % RESCAN == 0 or len(self._pids) > 1:
                 found = tree(self.pid, scan=self._samples % RESCAN == 0)
@@ -284,10 +285,10 @@ class MemoryWatch:
         if self.limit:
             self.last = Sample(now, max(data for _, data in each), self.limit)
         else:
-            if not quick or self._free is None:
-                self._free = available(self._meminfo)
-            free = self._free
-            self.last = Sample(now, now, free + now if free is not None else None)
+            if not quick or self._could_have is None:
+                free = available(self._meminfo)
+                self._could_have = free + now if free is not None else None
+            self.last = Sample(now, now, self._could_have)
         self.now = now
         self.peak = max(self.peak, now)
         if self._cell_peak is not None:

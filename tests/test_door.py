@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from klbr_kernel.delivery import NO_REPLY_GRACE
-from utils import collect, execute, misbehaving, raw_socket, receive, results, send_raw, start_kernel, status_row
+from klbr_kernel.delivery import GRACE_CHECK, NO_REPLY_GRACE
+from utils import collect, drain, execute, misbehaving, raw_socket, receive, results, send_raw, start_kernel, status_row
 
 OLDEST = Path(__file__).parent.parent / ".venv-ipykernel" / "bin" / "python"  # `python:`'s interpreter
 
@@ -144,6 +144,9 @@ def test_a_request_whose_idle_never_comes_is_closed_after_its_reply():
         assert reply["content"]["status"] == "complete"  # the worker's own reply
         assert time.monotonic() - start >= NO_REPLY_GRACE
         assert [m["content"]["execution_state"] for m in outputs if m["msg_type"] == "status"] == ["busy", "idle"]
+        # Once: the grace timer's next look (a second later) finds it answered.
+        later = drain(kc.iopub_channel, quiet=GRACE_CHECK + 1)
+        assert not [m for m in later if m["parent_header"].get("msg_id") == msg_id], later
         _still_serving(kc)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import zmq
 from jupyter_client.session import Session
 
 from klbr_supervisor.protocol import DELIM, BadSignature, MalformedMessage, Signer, split, verify
@@ -36,3 +37,16 @@ def test_split_and_verify_take_what_jupyter_client_sends_and_refuse_the_rest():
         split([b"ident", *body])  # no delimiter
     with pytest.raises(MalformedMessage):
         split([DELIM, b"sig", b"{}"])  # too few parts
+
+
+def test_received_frames_are_cut_and_verified_as_bytes_are_and_viewed_without_a_copy():
+    """Frames as a non-copying receive hands them (`zmq.Frame`, the delimiter one too) are cut at
+    the delimiter as bytes are; with `views`, a large content is a view of its frame, not a copy."""
+    session = Session(key=b"k")
+    content = {"text": "x" * 100_000}
+    frames = [zmq.Frame(f) for f in [b"ident", *session.serialize(session.msg("stream", content))]]
+    prefix, body = split(frames)
+    assert [bytes(f) for f in prefix] == [b"ident"] and len(body) == 5
+    header, _, _, viewed = verify(body, Signer(b"k").sign, views=True)
+    assert isinstance(header, bytes) and isinstance(viewed, memoryview)
+    assert bytes(viewed) == body[4].bytes and session.unpack(bytes(viewed)) == content

@@ -16,6 +16,7 @@ import asyncio
 import functools
 import json
 import logging
+import math
 import os
 import socket
 import sqlite3
@@ -82,7 +83,19 @@ def dumps(value: Any) -> str:
     try:
         return orjson.dumps(value, default=str).decode()
     except TypeError:  # orjson.JSONEncodeError is one
-        return json.dumps(value, default=str)
+        return json.dumps(_finite(value), default=str)
+
+
+def _finite(value: Any) -> Any:
+    """`value` with NaN and infinities as None, as orjson writes them (for the standard library's
+    turn, which would write NaN)."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, dict):
+        return {k: _finite(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_finite(v) for v in value]
+    return value
 
 
 class StoreError(Exception):
