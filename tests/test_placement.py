@@ -353,6 +353,62 @@ def test_a_workers_shell_is_served_on_its_main_thread(tmp_path, other_python, wh
         assert value(kc, "import ipykernel\nipykernel.__version__").startswith("6." if where == "python" else "7.")
 
 
+# Outputs in the order the cell made them, each flush with text to send sending it: a print before a
+# display, on a thread, after a flush, to both streams. And then how many times an empty flush hands
+# work to the iopub thread once it has sent what it had (ipykernel's own flush: twice, and waits;
+# klbr's too when something came meanwhile, the worker's answer to a control request say: the fewest).
+IN_ORDER = """\
+import sys, threading
+from IPython.display import display
+print('a')
+display('b')
+print('c', end='')
+sys.stdout.flush()
+print('d', file=sys.stderr)
+sys.stderr.flush()
+thread = threading.Thread(target=lambda: (print('e'), sys.stdout.flush()))
+thread.start(); thread.join()
+display('f')
+"""
+EMPTY_FLUSH_HANDOVERS = """\
+import threading
+from ipykernel.iostream import IOPubThread
+_schedule, handed, counts = IOPubThread.schedule, [], []
+IOPubThread.schedule = lambda self, f: (handed.append(f), _schedule(self, f))[1]
+try:
+    for _ in range(20):
+        print('.', end='', flush=True)
+        for _ in range(2):  # what the iopub thread had queued is sent, and what that queued (the stream's send)
+            sent = threading.Event()
+            _schedule(sys.stdout.pub_thread, sent.set)
+            assert sent.wait(10)
+        before = len(handed)
+        sys.stdout.flush(); sys.stderr.flush()
+        counts.append(len(handed) - before)
+finally:
+    IOPubThread.schedule = _schedule
+min(counts)
+"""
+
+
+@pytest.mark.parametrize("where", ["local", "python"])
+def test_a_flush_sends_what_waits_in_order_and_an_empty_one_returns_at_once(tmp_path, other_python, where):
+    """klbr's workers return at once from a flush with nothing to send (ipykernel waits for a round
+    trip to its iopub thread, four times a cell); outputs still come in the order they were made,
+    on the newest ipykernel and on the oldest admitted."""
+    with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        if where == "python":
+            assert execute(kc, f"%klbr placement python:{other_python}")[0]["content"]["status"] == "ok"
+        reply, outputs = execute(kc, IN_ORDER)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        made = [(m["content"]["name"], m["content"]["text"]) if m["msg_type"] == "stream"
+                else ("display", m["content"]["data"]["text/plain"])
+                for m in outputs if m["msg_type"] in ("stream", "display_data")]
+        assert made == [("stdout", "a\n"), ("display", "'b'"), ("stdout", "c"), ("stderr", "d\n"),
+                        ("stdout", "e\n"), ("display", "'f'")], made
+        assert value(kc, EMPTY_FLUSH_HANDOVERS) == 0
+
+
 # An ipykernel whose init_iopub makes its socket from its own context, not the one it is handed: as
 # a later ipykernel might. The bootstrap cannot lift the mark there, and must say so.
 INIT_IOPUB_ELSEWHERE = """\
