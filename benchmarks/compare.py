@@ -189,12 +189,14 @@ def run(args, sshd: Sshd) -> None:
         tmp = tempfile.mkdtemp(prefix="klbr-bench-nb-")
         for label, name in order.items():
             add(label, "nbclient, 100-cell notebook (s)", nbclient_100(name, tmp))
+        # One sample of each, taken one after the other, was as noisy as its A/A line (0.82x-0.87x):
+        # a sample per kernel per round, taking turns.
+        for label, name in order.items():
+            add(label, "8 kernels × 200 cells at once (s)", eight_at_once(name))  # noqa: RUF001 — the tables' multiplication sign, as docs/benchmarks.md shows them
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
     for measure, value in million_cell_listing(tempfile.mkdtemp(prefix="klbr-bench-db-")).items():
         add("klbr", measure, value)
-    for label, name in KERNELS.items():
-        add(label, "8 kernels × 200 cells at once (s)", eight_at_once(name))  # noqa: RUF001 — the tables' multiplication sign, as docs/benchmarks.md shows them
 
     rows = []
     measures = list(results["klbr"])
