@@ -24,7 +24,7 @@ from .boundary import Boundary
 from .cell_log import OUTPUT_TYPES, CellLog
 from .current import Current
 from .frontend import Frontend
-from .outcomes import no_reply_error, timeout_error, unrecorded_notice
+from .outcomes import no_reply_error, obeyed_interrupt, timeout_error, unrecorded_notice
 from .queue import ShellQueue
 from .replies import Replies
 from .requests import Phase, Request
@@ -133,10 +133,9 @@ class Delivery:
         if req.counts and isinstance(count, int) and wire.content.get("status") != "aborted":
             supervisor.worker_count(count)
         content = wire.content
-        if (supervisor.cells.timed_out(req.msg_id) and content.get("status") == "error"
-                and content.get("ename") == "KeyboardInterrupt"):
+        if supervisor.cells.timed_out(req.msg_id) and obeyed_interrupt(content):
             # The deadline's interrupt worked: the namespace is kept, but the cell's outcome is the
-            # deadline, not a KeyboardInterrupt the user never pressed. (A cell that caught it and
+            # deadline, not a KeyboardInterrupt (or CancelledError) the user never pressed. (A cell that caught it and
             # went on to another end is answered with that end.)
             error = timeout_error(req.count, supervisor.policy.timeout_for(req.timeout), killed=False)
             content = {"status": "error", **error.content(), "execution_count": count}

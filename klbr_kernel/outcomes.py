@@ -35,19 +35,29 @@ _ENAME_BY_REASON = {reason: ename for ename, (_, reasons) in ERRORS.items() for 
 
 _RED, _RESET = "\x1b[0;31m", "\x1b[0m"
 
+# The errors a cell ends with when it obeyed an interrupt: ipykernel raises KeyboardInterrupt in a
+# cell that runs, and cancels one that awaits (its SIGINT handler cancels the cell's task).
+OBEYED_INTERRUPT = frozenset({"KeyboardInterrupt", "CancelledError"})
+
+
+def obeyed_interrupt(content: dict[str, Any]) -> bool:
+    """Whether the reply `content` is how a cell ends when it obeyed an interrupt."""
+    return content.get("status") == "error" and content.get("ename") in OBEYED_INTERRUPT
+
 
 def cell_status(content: dict[str, Any], *, own: str | None, interrupted: bool) -> str:
     """The store status of a cell that ended with the reply `content`.
 
     `own`: the status of an answer the proxy wrote itself (a `CellError`'s, or `ok`/`aborted`), which
     stands. Otherwise the reply is the worker's: `ok`, `aborted` or `error`, whatever the error's name,
-    except a KeyboardInterrupt after klbr `interrupted` the cell (an interrupt_request or SIGINT while
-    it ran), which is `interrupted`; one the cell raised by itself is an error like any other."""
+    except a KeyboardInterrupt (or an awaiting cell's CancelledError) after klbr `interrupted` the
+    cell (an interrupt_request or SIGINT while it ran), which is `interrupted`; one the cell raised
+    by itself is an error like any other."""
     if own is not None:
         return own
     status = content.get("status", "ok")
     if status == "error":
-        return "interrupted" if interrupted and content.get("ename") == "KeyboardInterrupt" else "error"
+        return "interrupted" if interrupted and obeyed_interrupt(content) else "error"
     return "aborted" if status == "aborted" else "ok"
 
 

@@ -35,7 +35,7 @@ def test_a_cells_own_errors_are_errors_whatever_their_names(tmp_path):
     db = tmp_path / "log.sqlite3"
     recorded = {}
     with start_kernel(env={"KLBR_DB": str(db)}) as (km, kc):
-        for name in [*KLBR_NAMES, "KeyboardInterrupt"]:
+        for name in [*KLBR_NAMES, "KeyboardInterrupt", "CancelledError"]:
             code = f"raise {name}('mine')" if name == "KeyboardInterrupt" else \
                 f"class {name}(Exception):\n    pass\nraise {name}('mine')"
             reply, _ = execute(kc, code)
@@ -71,6 +71,11 @@ def test_only_an_interrupt_klbr_delivered_is_interrupted(tmp_path):
         assert reply["content"]["ename"] == "KeyboardInterrupt" and _status(db, reply) == "interrupted"
         reply, _ = execute(kc, "raise KeyboardInterrupt")  # after an interrupt: nothing was sent for this one
         assert reply["content"]["ename"] == "KeyboardInterrupt" and _status(db, reply) == "error"
+        # A cell that awaits is cancelled by the interrupt: interrupted too, its namespace kept.
+        msg_id = _running(kc, "import asyncio\nprint('running', flush=True)\nawait asyncio.sleep(60)")
+        km.interrupt_kernel()
+        reply, _ = collect(kc, msg_id)
+        assert reply["content"]["ename"] == "CancelledError" and _status(db, reply) == "interrupted"
 
 
 def test_a_deadline_is_timeout_unless_the_cell_caught_its_interrupt(tmp_path):
@@ -82,3 +87,8 @@ def test_a_deadline_is_timeout_unless_the_cell_caught_its_interrupt(tmp_path):
         reply, _ = execute(kc, "%%klbr timeout=1\ntry:\n    time.sleep(60)\nexcept KeyboardInterrupt:\n"
                                "    print('caught')\n'went on'")
         assert reply["content"]["status"] == "ok" and _status(db, reply) == "ok"
+        # A cell that awaits, cancelled by the deadline's interrupt: a timeout, the namespace kept.
+        pid = worker_pid(kc)
+        reply, _ = execute(kc, "%%klbr timeout=1\nimport asyncio\nawait asyncio.sleep(60)")
+        assert reply["content"]["ename"] == "CellTimeout" and _status(db, reply) == "timeout"
+        assert "interrupted" in reply["content"]["evalue"] and worker_pid(kc) == pid

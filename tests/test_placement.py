@@ -353,6 +353,24 @@ def test_a_workers_shell_is_served_on_its_main_thread(tmp_path, other_python, wh
         assert value(kc, "import ipykernel\nipykernel.__version__").startswith("6." if where == "python" else "7.")
 
 
+@pytest.mark.parametrize("where", ["local", "python"])
+def test_an_interrupted_await_is_cancelled_and_the_namespace_stays(tmp_path, other_python, where):
+    """ipykernel cancels an awaiting cell on SIGINT from a handler whose wake-up its loop missed, so
+    the cell went on to the end of its sleep (and klbr, hearing no reply, killed the worker): klbr's
+    workers wake their loop on a signal, on the newest ipykernel and on the oldest admitted."""
+    with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        if where == "python":
+            assert execute(kc, f"%klbr placement python:{other_python}")[0]["content"]["status"] == "ok"
+        execute(kc, "kept = 42")
+        pid = worker_pid(kc)
+        msg_id = kc.execute("import asyncio\nprint('awaiting', flush=True)\nawait asyncio.sleep(600)")
+        wait_for_stream(kc, msg_id)
+        km.interrupt_kernel()
+        reply, _ = collect(kc, msg_id, timeout=60)  # without the wake-up: WorkerKilled, after the grace
+        assert reply["content"]["ename"] == "CancelledError", reply["content"]
+        assert worker_pid(kc) == pid and value(kc, "kept") == 42
+
+
 # Outputs in the order the cell made them, each flush with text to send sending it: a print before a
 # display, on a thread, after a flush, to both streams. And then how many times an empty flush hands
 # work to the iopub thread once it has sent what it had (ipykernel's own flush: twice, and waits;

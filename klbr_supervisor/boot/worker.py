@@ -1,8 +1,8 @@
 """`python -m klbr_supervisor.boot.worker PARENT_PID ARGS...`: the default workbench, ipykernel, as klbr starts it.
 
 The same as ``python -m ipykernel_launcher ARGS...``, with the death signal armed first, in this
-process (see `deathsig`), an iopub that does not drop, flushes that wait only when something waits
-and a shell served on the main thread (see `BOOTSTRAP`). Standard library,
+process (see `deathsig`), an iopub that does not drop, flushes that wait only when something waits,
+a shell served on the main thread and a loop that signals wake (see `BOOTSTRAP`). Standard library,
 pyzmq and ipykernel only.
 """
 
@@ -58,6 +58,13 @@ FLUSH_AT = 1 << 20
 # trivial cell then costs the worker about 0.4 ms less CPU and 0.3 ms less time here (2026-12-03).
 # Only on ipykernel 7, whose uses of the thread were read for this: 6.x has none, and another major
 # version is left as it is.
+# And a signal wakes its loop. An interrupt of a cell that awaits reaches ipykernel's SIGINT handler
+# while the loop waits in epoll; the handler schedules the cancel with the loop's plain `call_soon`
+# (it runs on the loop's own thread), and the wait goes on until its timeout: `await
+# asyncio.sleep(60)` was cancelled only when the sleep ended (plain ipykernel too), and klbr, hearing
+# no reply, killed the worker after its grace (WorkerKilled, the namespace lost). Python writes each
+# signal's number to the wakeup fd it is given, from its C handler, so the bootstrap gives it one
+# the loop watches (and drains) before ipykernel starts the loop: the cancel runs at once.
 # `Supervisor.memory_limit`, in bytes, comes in the worker's environment under this name and is set
 # as RLIMIT_DATA before ipykernel is imported: an allocation past it fails in the worker (a Python
 # one raises MemoryError in the cell), and the processes the worker starts inherit it. RLIMIT_DATA
@@ -149,6 +156,26 @@ if ipykernel.version_info[0] == 7 and callable(_init_sockets) and hasattr(Kernel
             self.shell_channel_thread = _NoShellChannelThread()
     IPKernelApp.init_sockets = _shell_on_the_main_thread
     Kernel._supports_kernel_subshells = property(lambda self: False)
+_start = getattr(IPKernelApp, "start", None)
+if callable(_start):
+    def _start_woken_by_signals(self):
+        import signal
+        import socket
+        from tornado.ioloop import IOLoop
+        wake, woken = socket.socketpair()
+        wake.setblocking(False)
+        woken.setblocking(False)
+        def _drain(fd, events):
+            try:
+                while woken.recv(4096):
+                    pass
+            except BlockingIOError:
+                pass
+        IOLoop.current().add_handler(woken.fileno(), _drain, IOLoop.READ)
+        signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
+        self._klbr_wakeup = (wake, woken)
+        return _start(self)
+    IPKernelApp.start = _start_woken_by_signals
 runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 """
 
