@@ -362,6 +362,10 @@ def test_an_interrupted_await_is_cancelled_and_the_namespace_stays(tmp_path, oth
         if where == "python":
             assert execute(kc, f"%klbr placement python:{other_python}")[0]["content"]["status"] == "ok"
         execute(kc, "kept = 42")
+        # asyncio takes the wakeup fd away when a loop's last signal handler goes: it is armed per cell.
+        assert execute(kc, "import signal, asyncio\nloop = asyncio.get_running_loop()\n"
+                           "loop.add_signal_handler(signal.SIGUSR1, print)\n"
+                           "loop.remove_signal_handler(signal.SIGUSR1)")[0]["content"]["status"] == "ok"
         pid = worker_pid(kc)
         msg_id = kc.execute("import asyncio\nprint('awaiting', flush=True)\nawait asyncio.sleep(600)")
         wait_for_stream(kc, msg_id)
@@ -408,6 +412,16 @@ finally:
 min(counts)
 """
 
+SLOW_SENDS = """\
+import sys, time, threading
+def slow(msg):
+    time.sleep(0.5)
+    return msg
+hooked = threading.Event()
+sys.stdout.pub_thread.schedule(lambda: (sys.stdout.register_hook(slow), hooked.set()))
+assert hooked.wait(10)
+"""
+
 
 @pytest.mark.parametrize("where", ["local", "python"])
 def test_a_flush_sends_what_waits_in_order_and_an_empty_one_returns_at_once(tmp_path, other_python, where):
@@ -425,6 +439,12 @@ def test_a_flush_sends_what_waits_in_order_and_an_empty_one_returns_at_once(tmp_
         assert made == [("stdout", "a\n"), ("display", "'b'"), ("stdout", "c"), ("stderr", "d\n"),
                         ("stdout", "e\n"), ("display", "'f'")], made
         assert value(kc, EMPTY_FLUSH_HANDOVERS) == 0
+        # A timed flush under way has emptied the buffers and not yet queued its message (slowed here
+        # by a hook on the iopub thread): the cell's last flush waits for it, its idle comes after.
+        execute(kc, SLOW_SENDS)
+        reply, outputs = execute(kc, "import time\nprint('x')\ntime.sleep(0.3)")
+        assert [m["msg_type"] for m in outputs][-2:] == ["stream", "status"], outputs
+        execute(kc, "sys.stdout.pub_thread.schedule(lambda: sys.stdout.unregister_hook(slow))")
 
 
 # An ipykernel whose init_iopub makes its socket from its own context, not the one it is handed: as

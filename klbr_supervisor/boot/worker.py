@@ -41,11 +41,12 @@ FLUSH_AT = 1 << 20
 # waits for that thread to have run it, a round trip between two threads (a wake-up each way), and
 # it flushes stdout and stderr before and after each request: four round trips for a trivial cell
 # that had nothing to send, about 0.6 ms of the worker's CPU and of its time here (2026-12-03).
-# Nothing needs waiting for when neither stream holds text and the iopub thread has nothing queued:
-# what is queued (a display's message, a stream's send) is waited for as before, so a print still
-# goes out before what comes after it. On ipykernel 6.29 to 7.x, whose `OutStream` buffers by parent
-# under `_buffer_lock` and whose iopub thread queues in `_events` (where one is missing, or the
-# stream echoes, ipykernel's flush runs as it is).
+# Nothing needs waiting for when neither stream holds text, no send of the stream's is under way
+# (its timed flush empties the buffers first and queues the message after: counted around
+# `OutStream._flush`) and the iopub thread has nothing queued; otherwise ipykernel's flush waits as
+# before, so a print still goes out before what comes after it. On ipykernel 6.29 to 7.x, whose
+# `OutStream` buffers by parent under `_buffer_lock` and whose iopub thread queues in `_events`
+# (where one is missing, or the stream echoes, ipykernel's flush runs as it is).
 # And its shell is served on the main thread, as ipykernel 6 serves it: ipykernel 7 reads shell on a
 # thread of its own for kernel subshells, and hands every request to the main thread and every reply
 # back over inproc sockets, decoding each header twice. klbr offers no subshells (the proxy refuses
@@ -58,13 +59,16 @@ FLUSH_AT = 1 << 20
 # trivial cell then costs the worker about 0.4 ms less CPU and 0.3 ms less time here (2026-12-03).
 # Only on ipykernel 7, whose uses of the thread were read for this: 6.x has none, and another major
 # version is left as it is.
-# And a signal wakes its loop. An interrupt of a cell that awaits reaches ipykernel's SIGINT handler
-# while the loop waits in epoll; the handler schedules the cancel with the loop's plain `call_soon`
-# (it runs on the loop's own thread), and the wait goes on until its timeout: `await
-# asyncio.sleep(60)` was cancelled only when the sleep ended (plain ipykernel too), and klbr, hearing
-# no reply, killed the worker after its grace (WorkerKilled, the namespace lost). Python writes each
-# signal's number to the wakeup fd it is given, from its C handler, so the bootstrap gives it one
-# the loop watches (and drains) before ipykernel starts the loop: the cancel runs at once.
+# And a signal wakes its loop while a cell awaits. An interrupt of such a cell reaches ipykernel's
+# SIGINT handler while the loop waits in epoll; the handler schedules the cancel with the loop's
+# plain `call_soon` (it runs on the loop's own thread), and the wait goes on until its timeout:
+# `await asyncio.sleep(60)` was cancelled only when the sleep ended (plain ipykernel too), and klbr,
+# hearing no reply, killed the worker after its grace (WorkerKilled, the namespace lost). Python
+# writes each signal's number to the wakeup fd it is given, from its C handler, so while ipykernel
+# watches SIGINT for an awaiting cell (`_cancel_on_sigint`, in 6.29 and 7) the bootstrap gives it
+# one the loop watches and drains, and puts back what was there after (unless the cell set its own):
+# armed for each such cell, as the cell's code may take it away (asyncio's last
+# `remove_signal_handler` sets none), and not otherwise, where trio would warn of a collision.
 # `Supervisor.memory_limit`, in bytes, comes in the worker's environment under this name and is set
 # as RLIMIT_DATA before ipykernel is imported: an allocation past it fails in the worker (a Python
 # one raises MemoryError in the cell), and the processes the worker starts inherit it. RLIMIT_DATA
@@ -128,17 +132,30 @@ else:
     _absent("stdout and stderr flush every 0.2 s only (ipykernel.iostream has no OutStream.write): "
             "a cell that prints a flood sends it as one message")
 import ipykernel
-_flush = getattr(getattr(iostream, "OutStream", None), "flush", None)
-if (6, 29) <= tuple(ipykernel.version_info[:2]) < (8, 0) and callable(_flush):
+_OutStream = getattr(iostream, "OutStream", None)
+_flush = getattr(_OutStream, "flush", None)
+_send_buffers = getattr(_OutStream, "_flush", None)
+if (6, 29) <= tuple(ipykernel.version_info[:2]) < (8, 0) and callable(_flush) and callable(_send_buffers):
+    def _sending_buffers(self):
+        with self._buffer_lock:
+            self._klbr_sending = getattr(self, "_klbr_sending", 0) + 1
+        try:
+            return _send_buffers(self)
+        finally:
+            with self._buffer_lock:
+                self._klbr_sending -= 1
     def _flush_if_anything_waits(self):
         queued = getattr(self.pub_thread, "_events", None)
         lock = getattr(self, "_buffer_lock", None)
-        if getattr(self, "echo", None) is None and queued is not None and not queued and lock is not None:
+        if getattr(self, "echo", None) is None and queued is not None and lock is not None:
             with lock:
                 buffers = getattr(self, "_buffers", None)
-                if buffers is not None and not any(buffer.tell() for buffer in buffers.values()):
-                    return
+                empty = buffers is not None and not any(buffer.tell() for buffer in buffers.values())
+                nothing_sent = empty and not getattr(self, "_klbr_sending", 0)
+            if nothing_sent and not queued:
+                return
         _flush(self)
+    iostream.OutStream._flush = _sending_buffers
     iostream.OutStream.flush = _flush_if_anything_waits
 from ipykernel.kernelbase import Kernel
 _init_sockets = getattr(IPKernelApp, "init_sockets", None)
@@ -156,26 +173,40 @@ if ipykernel.version_info[0] == 7 and callable(_init_sockets) and hasattr(Kernel
             self.shell_channel_thread = _NoShellChannelThread()
     IPKernelApp.init_sockets = _shell_on_the_main_thread
     Kernel._supports_kernel_subshells = property(lambda self: False)
-_start = getattr(IPKernelApp, "start", None)
-if callable(_start):
-    def _start_woken_by_signals(self):
-        import signal
-        import socket
-        from tornado.ioloop import IOLoop
-        wake, woken = socket.socketpair()
-        wake.setblocking(False)
-        woken.setblocking(False)
-        def _drain(fd, events):
-            try:
-                while woken.recv(4096):
+from ipykernel.ipkernel import IPythonKernel
+_cancel_on_sigint = getattr(IPythonKernel, "_cancel_on_sigint", None)
+if callable(_cancel_on_sigint):
+    import contextlib
+    import signal
+    import socket
+    _wakeup = []
+    def _wakeup_fd():
+        if not _wakeup:
+            from tornado.ioloop import IOLoop
+            wake, woken = socket.socketpair()
+            wake.setblocking(False)
+            woken.setblocking(False)
+            def _drain(fd, events):
+                try:
+                    while woken.recv(4096):
+                        pass
+                except BlockingIOError:
                     pass
-            except BlockingIOError:
-                pass
-        IOLoop.current().add_handler(woken.fileno(), _drain, IOLoop.READ)
-        signal.set_wakeup_fd(wake.fileno(), warn_on_full_buffer=False)
-        self._klbr_wakeup = (wake, woken)
-        return _start(self)
-    IPKernelApp.start = _start_woken_by_signals
+            IOLoop.current().add_handler(woken.fileno(), _drain, IOLoop.READ)
+            _wakeup.extend((wake, woken))
+        return _wakeup[0].fileno()
+    @contextlib.contextmanager
+    def _cancel_on_sigint_woken(self, future):
+        ours = _wakeup_fd()
+        before = signal.set_wakeup_fd(ours, warn_on_full_buffer=False)
+        try:
+            with _cancel_on_sigint(self, future):
+                yield
+        finally:
+            now = signal.set_wakeup_fd(before)
+            if now != ours:
+                signal.set_wakeup_fd(now)
+    IPythonKernel._cancel_on_sigint = _cancel_on_sigint_woken
 runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 """
 
