@@ -362,10 +362,15 @@ def test_an_interrupted_await_is_cancelled_and_the_namespace_stays(tmp_path, oth
         if where == "python":
             assert execute(kc, f"%klbr placement python:{other_python}")[0]["content"]["status"] == "ok"
         execute(kc, "kept = 42")
+        # A signal handler a cell left on the loop (asyncio's, through its own wakeup fd) still runs
+        # while a later cell awaits.
+        assert execute(kc, "import os, signal, asyncio\nloop = asyncio.get_running_loop()\n"
+                           "fired = asyncio.Event()\n"
+                           "loop.add_signal_handler(signal.SIGUSR1, fired.set)")[0]["content"]["status"] == "ok"
+        assert value(kc, "os.kill(os.getpid(), signal.SIGUSR1)\n"
+                         "await asyncio.wait_for(fired.wait(), 30)\n'fired'") == "fired"
         # asyncio takes the wakeup fd away when a loop's last signal handler goes: it is armed per cell.
-        assert execute(kc, "import signal, asyncio\nloop = asyncio.get_running_loop()\n"
-                           "loop.add_signal_handler(signal.SIGUSR1, print)\n"
-                           "loop.remove_signal_handler(signal.SIGUSR1)")[0]["content"]["status"] == "ok"
+        assert execute(kc, "loop.remove_signal_handler(signal.SIGUSR1)")[0]["content"]["status"] == "ok"
         pid = worker_pid(kc)
         msg_id = kc.execute("import asyncio\nprint('awaiting', flush=True)\nawait asyncio.sleep(600)")
         wait_for_stream(kc, msg_id)

@@ -66,9 +66,11 @@ FLUSH_AT = 1 << 20
 # hearing no reply, killed the worker after its grace (WorkerKilled, the namespace lost). Python
 # writes each signal's number to the wakeup fd it is given, from its C handler, so while ipykernel
 # watches SIGINT for an awaiting cell (`_cancel_on_sigint`, in 6.29 and 7) the bootstrap gives it
-# one the loop watches and drains, and puts back what was there after (unless the cell set its own):
-# armed for each such cell, as the cell's code may take it away (asyncio's last
-# `remove_signal_handler` sets none), and not otherwise, where trio would warn of a collision.
+# one the loop watches and drains, and takes it away after (unless the cell set its own): armed for
+# each such cell, as the cell's code may take it away (asyncio's last `remove_signal_handler` sets
+# none), and not between cells, where trio would warn of a collision. Where one is set already
+# (asyncio's, for a handler a cell added), it stays: it wakes the loop too, and asyncio reads its
+# handlers' signals from it.
 # `Supervisor.memory_limit`, in bytes, comes in the worker's environment under this name and is set
 # as RLIMIT_DATA before ipykernel is imported: an allocation past it fails in the worker (a Python
 # one raises MemoryError in the cell), and the processes the worker starts inherit it. RLIMIT_DATA
@@ -199,13 +201,16 @@ if callable(_cancel_on_sigint):
     def _cancel_on_sigint_woken(self, future):
         ours = _wakeup_fd()
         before = signal.set_wakeup_fd(ours, warn_on_full_buffer=False)
+        if before != -1:
+            signal.set_wakeup_fd(before)
         try:
             with _cancel_on_sigint(self, future):
                 yield
         finally:
-            now = signal.set_wakeup_fd(before)
-            if now != ours:
-                signal.set_wakeup_fd(now)
+            if before == -1:
+                now = signal.set_wakeup_fd(-1)
+                if now != ours:
+                    signal.set_wakeup_fd(now)
     IPythonKernel._cancel_on_sigint = _cancel_on_sigint_woken
 runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 """
