@@ -135,8 +135,8 @@ class Delivery:
         content = wire.content
         if supervisor.cells.timed_out(req.msg_id) and obeyed_interrupt(content):
             # The deadline's interrupt worked: the namespace is kept, but the cell's outcome is the
-            # deadline, not a KeyboardInterrupt (or CancelledError) the user never pressed. (A cell that caught it and
-            # went on to another end is answered with that end.)
+            # deadline, not a KeyboardInterrupt (or CancelledError) the user never pressed. (A cell
+            # that caught it and went on to another end is answered with that end.)
             error = timeout_error(req.count, supervisor.policy.timeout_for(req.timeout), killed=False)
             content = {"status": "error", **error.content(), "execution_count": count}
             req.reply_content, req.outcome = content, error.status
