@@ -40,7 +40,7 @@ CODE = {
 }
 # A soak's losses are its point, not a crash loop: the restart budget must not end it.
 OPTIONS = ["--Supervisor.restart_limit=100000"]
-# What each kind of request is answered with, and the status of its row in the store (DESIGN.md).
+# What each kind of request is answered with, and the status of its row in the store (docs/errors.md, docs/store-schema.md).
 EXPECTED = {
     "cell": ("ok", None, "ok"),
     "status": ("ok", None, "ok"),

@@ -3,7 +3,7 @@
 `Dispatch` hands over every comm_open of target `klbr` and every comm_msg and comm_close of a comm
 opened so; none of them ever reaches a worker. Each is answered at once, also while a cell runs (it
 only reads the cell log and the proxy's state, as `%klbr replay` does), inside exactly one busy/idle
-with its own header (DESIGN.md semantics 1). A request that is not what the protocol says
+with its own header (semantics 1). A request that is not what the protocol says
 (`comm_requests`) gets an error message on its comm, with a name, and changes nothing else.
 Following a running or queued cell is `comm_follow`'s.
 """

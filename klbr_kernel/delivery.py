@@ -1,5 +1,5 @@
 """From the worker to the frontend: replies and iopub relayed as the exact frames the worker sent, and
-a recorded cell's reply and idle held until its outcome is committed (DESIGN.md semantics 3).
+a recorded cell's reply and idle held until its outcome is committed (semantics 3).
 
 The worker signs with the frontend's key and the proxy's session id, so its messages go out untouched
 (semantics 10). A request is finished when its reply (if it has one) and its idle are in: it becomes

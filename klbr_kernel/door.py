@@ -1,6 +1,6 @@
 """The door: every message from the frontend is checked once, here, as the proxy and ipykernel will
-read it, before anything acts on it: a request ipykernel drops unread is never answered (DESIGN.md
-semantics 1), and holds every shell request queued behind it.
+read it, before anything acts on it: a request ipykernel drops unread is never answered (semantics 1),
+and holds every shell request queued behind it.
 
 The `Frontend` has verified the signature and decoded the headers. The door checks the rest:
 

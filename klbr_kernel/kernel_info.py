@@ -1,6 +1,6 @@
 """The proxy's kernel_info_reply: answered at once, also before any worker is ready.
 
-Capabilities are the proxy's own (DESIGN.md semantics 12): no kernel subshells, the debugger
+Capabilities are the proxy's own (semantics 12): no kernel subshells, the debugger
 because debug_request is forwarded to the worker's control channel.
 """
 

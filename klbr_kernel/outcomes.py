@@ -1,7 +1,7 @@
 """The errors a request can end with: named once, with the store status each means, worded for the notebook.
 
-The names and statuses are part of the public contract (DESIGN.md, "Errors a cell can end with", and
-the store's cell statuses). `ERRORS` is the one table that ties each of klbr's error names to the
+The names and statuses are part of the public contract (docs/errors.md, and the store's cell statuses in
+docs/store-schema.md). `ERRORS` is the one table that ties each of klbr's error names to the
 status it carries when klbr answers with it and to the generation endings it reports; everything else
 is derived from it (a refusal is `refused` whatever its name: nothing ran).
 

@@ -2,7 +2,7 @@
 
 No I/O: the proxy pushes requests, takes the next one when the worker is free, and tells the queue
 when the one in flight is done; the queue says which waiting executes are aborted, as ipykernel
-aborts the executes queued behind an error (DESIGN.md semantics 11).
+aborts the executes queued behind an error (semantics 11).
 
 Its state (`states.QueueState`) is free, busy with the request in flight, or abandoned: the error
 boundary answered the request in flight while its worker still runs it, and nothing starts until

@@ -1,5 +1,5 @@
 """What the proxy itself sends back for a request: its replies, busy/idle brackets, and the answer
-to an execute it already took, which is never run twice (DESIGN.md semantics 1, 9)."""
+to an execute it already took, which is never run twice (semantics 1, 9)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 Every change of state goes through one door, which refuses a move its table does not list and logs
 each move at debug level (as `Generation._set_state` does). A refused move is a bug in klbr: it
 raises `IllegalMove`, and the error boundary answers the request it concerned with an InternalError
-(DESIGN.md semantics 1); the kernel keeps serving.
+(semantics 1); the kernel keeps serving.
 
 - `Phase`: one request's life, from arrival to its last reply and idle (`requests.Request.move`);
 - `ProxyState`: the proxy's own: serving, then stopping once a shutdown begins (semantics 13);

@@ -9,8 +9,8 @@ Each socket has a monitor, and its events are the exact signals the generation n
   timers, and only the worker's stdin sends to us unasked).
 - a disconnect says everything the worker wrote on that channel has been read: libzmq reads a
   connection to its end before it reports it closed. So when the worker's process is gone, `drain`
-  waits for exactly that on every connected channel, then delivers what is queued (DESIGN.md
-  semantics 7): no settling time, and nothing in flight is lost.
+  waits for exactly that on every connected channel, then delivers what is queued (semantics 7):
+  no settling time, and nothing in flight is lost.
 """
 
 from __future__ import annotations

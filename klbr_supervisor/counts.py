@@ -1,4 +1,4 @@
-"""Execution counts across generations (DESIGN.md semantics 4): `In[n]` never repeats in a session.
+"""Execution counts across generations (semantics 4): `In[n]` never repeats in a session.
 
 No I/O (`continue_code` only writes the code that tells a worker). The frontend has been shown `last`. A worker assigns the counts of the cells it runs; a cell
 the proxy answers itself (a `%klbr` cell, a refusal, a cell whose worker died) keeps the count the

@@ -1,5 +1,5 @@
 """What and where a worker runs, taken once it serves: `host.inspect`, `%klbr status`, the
-generations table (DESIGN.md: identity)."""
+generations table (docs/host-callbacks.md: `host.inspect`)."""
 
 from __future__ import annotations
 

@@ -3,7 +3,7 @@
 A worker that shares the frontend's key runs here, as a process whose end the kernel sees at once
 (its pidfd). Any other one may run where only its sockets reach (a provisioner's container, another
 host): its heartbeat is pinged, and any message it sends on any channel also counts as word from it.
-Silence for `timeout` seconds with no exit reported is a lost link (DESIGN.md: a lost link is not a
+Silence for `timeout` seconds with no exit reported is a lost link (docs/placement.md: a lost link is not a
 crash). ipykernel answers its heartbeat from a thread of its own in C (a ZMQ device), so a cell that
 holds the GIL does not silence it; a stopped process or a cut network does.
 """

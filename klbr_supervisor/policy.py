@@ -130,7 +130,7 @@ class Policy:
 
 # -- refusals and retries ------------------------------------------------------------------------
 
-# Requests that are safe to send again (DESIGN.md semantics 8): asking twice changes nothing.
+# Requests that are safe to send again (semantics 8): asking twice changes nothing.
 IDEMPOTENT = frozenset({"complete_request", "inspect_request", "is_complete_request", "history_request",
                         "comm_info_request"})
 

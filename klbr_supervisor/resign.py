@@ -4,7 +4,7 @@ A worker that does not run on this machine under this user (a `kernelspec:` plac
 provisioner) never learns the frontend's key: it gets a fresh one per generation. Its messages are
 verified with that key, given the proxy's session id in their header, and signed with the frontend's
 key; what goes to it is signed with its key. Everything past the generation sees messages exactly as
-a shared-key worker sends them (DESIGN.md, placement: keys). Content and buffers are never decoded.
+a shared-key worker sends them (docs/placement.md, keys). Content and buffers are never decoded.
 """
 
 from __future__ import annotations

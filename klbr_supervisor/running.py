@@ -1,6 +1,6 @@
 """The execute running on a generation, as far as deadlines and the interrupt ladder care.
 
-Its deadline clock (DESIGN.md semantics 11) runs provisionally from the send (a worker that hangs at
+Its deadline clock (semantics 11) runs provisionally from the send (a worker that hangs at
 once never reports busy), starts again at busy, and pauses while the cell waits for `input()`. When
 it runs out, `on_deadline(cell)` is called on the loop; the `Supervisor` carries out the ladder.
 """

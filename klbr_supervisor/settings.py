@@ -1,5 +1,5 @@
 """What a `Supervisor` is configured with: `Supervisor.*` on the kernel's command line or in
-`jupyter_klbr_config.py` (DESIGN.md, configuration). traitlets applies a section to a class and its
+`jupyter_klbr_config.py` (docs/configuration.md). traitlets applies a section to a class and its
 subclasses, so `Supervisor.cell_timeout` sets the trait declared here."""
 
 from __future__ import annotations

@@ -5,7 +5,7 @@ message, is dropped with a warning. What is left is the generation's own bookkee
 listener's. Its own: the replies and iopub of its own requests (`readiness`: the kernel_info probes, the
 execution-count sync, the identity question), ipykernel's ``iopub_welcome``, and what the worker
 publishes about no request at all (its ``starting`` status, start-up noise such as debugpy's
-warnings), which goes to the kernel's log and the stderr tail instead (DESIGN.md semantics 10).
+warnings), which goes to the kernel's log and the stderr tail instead (semantics 10).
 Everything else goes to the supervisor's listener as it came.
 """
 

@@ -1,7 +1,7 @@
 """Jupyter messages as frames: the header and parent header decoded, the content left as bytes.
 
 Forwarding needs only the message type, its id and its parent's id; decoding the content (which may
-be megabytes of output) and signing it again is what the relay avoids. See DESIGN.md, data flow.
+be megabytes of output) and signing it again is what the relay avoids. See docs/ARCHITECTURE.md.
 """
 
 from __future__ import annotations

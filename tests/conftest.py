@@ -50,7 +50,7 @@ def environment():
 @pytest.fixture(scope="session", autouse=True)
 def no_runtime_dir_is_left(environment):
     """However the run's kernels ended (shut down, SIGKILLed: then their reaper removes it), none
-    leaves its runtime directory of sockets behind (DESIGN.md semantics 5)."""
+    leaves its runtime directory of sockets behind (semantics 5)."""
     yield
     until(lambda: not list(environment.glob("klbr-*")), 10,
           f"runtime directories left in the run's TMPDIR: {sorted(p.name for p in environment.glob('klbr-*'))}")

@@ -1,5 +1,5 @@
 """A bug in klbr's own handling of a request costs that request an InternalError, never a hang, and
-never the kernel (DESIGN.md semantics 1).
+never the kernel (semantics 1).
 
 The bugs are planted for real: a `jupyter_klbr_config.py` in the kernel's config dir replaces some of
 klbr's handlers with ones that raise, each only for the request that triggers it.

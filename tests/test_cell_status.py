@@ -1,5 +1,5 @@
 """A cell's status in the log says what klbr knows of it, never what its error is called: a cell may
-raise a `WorkerLost` of its own, or a `KeyboardInterrupt` nobody sent (DESIGN.md, the store's statuses)."""
+raise a `WorkerLost` of its own, or a `KeyboardInterrupt` nobody sent (docs/store-schema.md, the cell statuses)."""
 
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ def _running(kc, code: str) -> str:
     return msg_id
 
 
-# Every error name klbr answers with (DESIGN.md, "Errors a cell can end with").
+# Every error name klbr answers with (docs/errors.md).
 KLBR_NAMES = ["WorkerLost", "WorkerKilled", "CellTimeout", "PlacementLost", "CrashLoop", "InternalError",
               "WorkerStartFailed", "PoisonedCell", "SessionPaused"]
 

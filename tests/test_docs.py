@@ -162,3 +162,33 @@ def test_the_readme_is_a_page_and_make_bench_writes_the_manual():
     assert page.count("<!-- bench:start -->") == 1 and page.count("<!-- bench:end -->") == 1
     assert page.index("<!-- bench:start -->") < page.index("<!-- bench:end -->")
     assert "--doc docs/benchmarks.md" in (ROOT / "Makefile").read_text()
+
+
+def _semantics() -> dict[int, str]:
+    """docs/semantics.md's promises by their number (its `## N. Title` headings)."""
+    page = (DOCS / "semantics.md").read_text()
+    return {int(n): title for n, title in re.findall(r"^## (\d+)\. (.+)$", page, re.M)}
+
+
+def test_the_semantics_are_numbered_one_to_thirteen_in_order():
+    page = (DOCS / "semantics.md").read_text()
+    numbers = [int(n) for n in re.findall(r"^## (\d+)\. ", page, re.M)]
+    assert numbers == list(range(1, 14)), numbers
+
+
+def test_every_semantics_cited_is_one_the_repository_holds():
+    """Code, tests and pages cite docs/semantics.md as "semantics N" (or "semantics 1, 9"); each
+    number is one of its promises, and nothing cites a document the repository does not contain."""
+    known = _semantics()
+    sources = [p for folder in ("klbr_kernel", "klbr_supervisor", "tests", "benchmarks")
+               for p in (ROOT / folder).rglob("*.py")] + [README, *DOCS.rglob("*.md")]
+    cited: set[int] = set()
+    outside = "DESIGN" + ".md"  # spelt apart, so that this file does not cite it
+    for path in sources:
+        text = path.read_text()
+        assert outside not in text, f"{path.relative_to(ROOT)} cites {outside}, which is not in the repository"
+        for numbers in re.findall(r"[Ss]emantics\s+(\d+(?:(?:,\s*|\s+and\s+)\d+)*)", text):
+            for n in re.findall(r"\d+", numbers):
+                assert int(n) in known, f"{path.relative_to(ROOT)} cites semantics {n}; docs/semantics.md has 1-13"
+                cited.add(int(n))
+    assert cited, "nothing cites docs/semantics.md"

@@ -1,6 +1,6 @@
 """The door: a message the worker could not read is answered by the proxy, never forwarded, and
 never costs the kernel its queue (an unanswered request would hold every shell request behind it:
-DESIGN.md semantics 1). Each case is followed by a cell that works.
+semantics 1). Each case is followed by a cell that works.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The proxy SIGKILLed mid-write, many times, on one cell log (DESIGN.md semantics 3, 5).
+"""The proxy SIGKILLed mid-write, many times, on one cell log (semantics 3, 5).
 
 Each repetition starts a kernel on the same database, feeds it a random stream of cells (prints,
 displays, results, errors, aborts, `%klbr` cells, `host.put` and `host.run`, a worker loss, a

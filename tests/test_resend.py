@@ -1,4 +1,4 @@
-"""Only the same message sent again is a resend (DESIGN.md semantics 9): a msg_id alone identifies
+"""Only the same message sent again is a resend (semantics 9): a msg_id alone identifies
 nothing, since every `KernelManager.client()` gets a `Session.clone()` whose message counter starts
 again, so a second client reuses the first one's msg_ids with other code. Such a cell runs."""
 

@@ -1,4 +1,4 @@
-"""Start-up refusals (DESIGN.md: bad input gets a clear error): a connection file the kernel cannot
+"""Start-up refusals (bad input gets a clear named error): a connection file the kernel cannot
 sign with is refused with a message; an empty key is allowed, as jupyter_client allows it, but loudly."""
 
 from __future__ import annotations
