@@ -33,8 +33,8 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from klbr_kernel.cell_log import CellLog
-from klbr_kernel.replies import Replies
+from klbr_kernel.cell_log.recording import CellLog
+from klbr_kernel.requests.brackets import Replies
 from klbr_supervisor.store import Store
 
 

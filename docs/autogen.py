@@ -17,7 +17,7 @@ from jupyter_core.application import base_aliases, base_flags
 from traitlets import HasTraits, TraitType
 
 from klbr_kernel.app import KlbrKernelApp
-from klbr_kernel.cli import KlbrKernelCommand
+from klbr_kernel.cli.commands import KlbrKernelCommand
 from klbr_supervisor.host import HostService
 from klbr_supervisor.store import Store
 from klbr_supervisor.supervisor import Supervisor

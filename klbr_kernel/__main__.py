@@ -5,7 +5,7 @@ import sys
 # A command word (`install`, `sessions`, ...) is the CLI; options (`-f FILE`) are the kernel, which
 # must not pay for the CLI's imports before its first worker is spawned.
 if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
-    from . import cli
+    from .cli import commands as cli
 
     cli.main()
 else:
@@ -16,7 +16,7 @@ else:
 
     first = prelaunch.start(sys.argv[1:], client_package.files())
     # Then the frontend's sockets, so the kernel answers kernel_info while the rest imports.
-    from . import early
+    from .frontend import standin as early
 
     early.start(sys.argv[1:], first.session_id if first is not None else None)
     from . import app

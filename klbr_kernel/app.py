@@ -26,8 +26,10 @@ from klbr_supervisor.host import HostService
 from klbr_supervisor.store import Store
 from klbr_supervisor.supervisor import Supervisor
 
-from . import early, encryption, options, parent
+from . import options, parent
 from ._version import __version__
+from .frontend import encryption
+from .frontend import standin as early
 from .proxy import Proxy
 
 

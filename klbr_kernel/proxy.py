@@ -35,24 +35,24 @@ from klbr_supervisor.tasks import Tasks
 from klbr_supervisor.wire import Wire
 
 from . import client_package
-from .answers import Answers
-from .cell_log import CellLog
-from .comm import KlbrComms
-from .current import Current
-from .delivery import Delivery
-from .dispatch import Dispatch
-from .early import MAX_MESSAGE_SIZE
-from .endings import Endings
-from .frontend import Frontend
-from .lifecycle import Lifecycle
-from .outcomes import internal_error, session_paused_error
-from .queue import ShellQueue
-from .replay import Replay
-from .replies import Replies
-from .requests import Phase, Request
-from .states import PROXY_TRANSITIONS, Machine, ProxyState
-from .status import MagicCells
-from .stdin import StdinRelay
+from .cell_log.comm import KlbrComms
+from .cell_log.recording import CellLog
+from .cell_log.replay import Replay
+from .frontend.sockets import Frontend
+from .frontend.standin import MAX_MESSAGE_SIZE
+from .magics.status import MagicCells
+from .requests.brackets import Replies
+from .requests.current import Current
+from .requests.delivery import Delivery
+from .requests.dispatch import Dispatch
+from .requests.endings import Endings
+from .requests.lifecycle import Lifecycle
+from .requests.outcomes import internal_error, session_paused_error
+from .requests.own import Answers
+from .requests.queue import ShellQueue
+from .requests.request import Phase, Request
+from .requests.states import PROXY_TRANSITIONS, Machine, ProxyState
+from .requests.stdin import StdinRelay
 
 if TYPE_CHECKING:
     from klbr_supervisor.boot.prelaunch import Early

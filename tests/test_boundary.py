@@ -12,10 +12,10 @@ import time
 from utils import collect, execute, start_kernel
 
 PLANTED = """
-import klbr_kernel.answers as answers
-import klbr_kernel.delivery as delivery
-import klbr_kernel.dispatch as dispatch
-import klbr_kernel.status as status
+import klbr_kernel.requests.own as answers
+import klbr_kernel.requests.delivery as delivery
+import klbr_kernel.requests.dispatch as dispatch
+import klbr_kernel.magics.status as status
 import klbr_supervisor.supervisor as supervisor
 
 
@@ -101,7 +101,7 @@ def test_a_failing_interrupt_is_answered_and_the_kernel_keeps_serving(tmp_path):
 
 
 PLANTED_OUTPUT = """
-import klbr_kernel.delivery as delivery
+import klbr_kernel.requests.delivery as delivery
 
 
 def planted(where):

@@ -7,7 +7,7 @@ import os
 import signal
 import sqlite3
 
-from klbr_kernel.outcomes import ERRORS
+from klbr_kernel.requests.outcomes import ERRORS
 from utils import collect, execute, start_kernel, wait_for_stream, worker_pid
 
 

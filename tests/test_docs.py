@@ -14,9 +14,9 @@ from pathlib import Path
 import pytest
 
 from klbr_kernel.app import KlbrKernelApp
-from klbr_kernel.cli import KlbrKernelCommand
-from klbr_kernel.host import CODES
-from klbr_kernel.outcomes import ERRORS
+from klbr_kernel.cli.commands import KlbrKernelCommand
+from klbr_kernel.host.client import CODES
+from klbr_kernel.requests.outcomes import ERRORS
 from klbr_supervisor.host import HostService
 from klbr_supervisor.states import EndReason
 from klbr_supervisor.store import Store

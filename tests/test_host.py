@@ -336,7 +336,7 @@ def test_the_129th_call_of_a_cell_is_refused_and_the_next_cell_has_a_new_budget(
 # `answers_until(call)` the call ids of the answers read up to `call`'s, and that answer.
 RAW_CLIENT = """\
 import json, os, zmq
-from klbr_kernel.host import PROTOCOL, sign, _cell
+from klbr_kernel.host.client import PROTOCOL, sign, _cell
 s = zmq.Context.instance().socket(zmq.DEALER); s.connect(os.environ['KLBR_HOST_ENDPOINT'])
 def frames(call, method, args):
     payload = json.dumps({'call': call, 'token': os.environ['KLBR_HOST_TOKEN'], 'cell': _cell(),
@@ -410,7 +410,7 @@ def test_the_answers_kept_are_bounded_by_bytes_large_ones_first():
 
 def test_forged_and_garbled_calls_are_dropped_and_the_kernel_serves_on(tmp_path):
     with host_kernel(tmp_path) as (km, kc, workspace):
-        code = ("import json, os, zmq\nfrom klbr_kernel.host import PROTOCOL, sign\n"
+        code = ("import json, os, zmq\nfrom klbr_kernel.host.client import PROTOCOL, sign\n"
                 "s = zmq.Context.instance().socket(zmq.DEALER); s.connect(os.environ['KLBR_HOST_ENDPOINT'])\n"
                 "payload = json.dumps({'call': 'c1', 'token': os.environ['KLBR_HOST_TOKEN'], 'method': 'keys', 'args': {}}).encode()\n"
                 "s.send_multipart([PROTOCOL, sign(b'not the key', payload), payload])\n"

@@ -38,8 +38,8 @@ from queue import Empty
 
 import zmq
 
-from klbr_kernel.cell_log import OUTPUT_TYPES
-from klbr_kernel.outcomes import ERRORS
+from klbr_kernel.cell_log.recording import OUTPUT_TYPES
+from klbr_kernel.requests.outcomes import ERRORS
 from klbr_supervisor.store.recovery import UNKNOWN_WHY
 from utils import start_kernel
 

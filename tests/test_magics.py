@@ -2,7 +2,7 @@
 
 import pytest
 
-from klbr_kernel.magics import Magic, MagicError, cell_timeout, line_magics
+from klbr_kernel.magics.parse import Magic, MagicError, cell_timeout, line_magics
 from utils import execute, results
 
 

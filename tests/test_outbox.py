@@ -19,7 +19,7 @@ def _peak_rss_mib(pid: int) -> float:
 
 def _stall_after(tmp_path: Path, seconds: float) -> dict:
     """The environment of a kernel whose outbox waits `seconds` for a subscriber that takes nothing."""
-    (tmp_path / "jupyter_klbr_config.py").write_text(f"import klbr_kernel.outbox\nklbr_kernel.outbox.STALL = {seconds}\n")
+    (tmp_path / "jupyter_klbr_config.py").write_text(f"import klbr_kernel.frontend.outbox\nklbr_kernel.frontend.outbox.STALL = {seconds}\n")
     return {"JUPYTER_CONFIG_DIR": str(tmp_path), "KLBR_DB": str(tmp_path / "log.sqlite3")}
 
 

@@ -26,7 +26,7 @@ from pathlib import Path
 import pytest
 import zmq
 
-from klbr_kernel.host import PROTOCOL, sign
+from klbr_kernel.host.client import PROTOCOL, sign
 from utils import (
     collect,
     execute,

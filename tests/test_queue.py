@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from klbr_kernel.queue import ShellQueue
-from klbr_kernel.requests import Request
+from klbr_kernel.requests.queue import ShellQueue
+from klbr_kernel.requests.request import Request
 from klbr_supervisor.wire import Wire
 from utils import execute
 

@@ -12,9 +12,10 @@ import uuid
 import pytest
 from jupyter_client.session import Session
 
-from klbr_kernel import door, replies
-from klbr_kernel.cell_log import CellLog
-from klbr_kernel.replies import Replies
+from klbr_kernel.cell_log.recording import CellLog
+from klbr_kernel.frontend import door
+from klbr_kernel.requests import brackets as replies
+from klbr_kernel.requests.brackets import Replies
 from klbr_supervisor.store import Store, queries
 from klbr_supervisor.store.recovery import recover_orphans
 from klbr_supervisor.store.schema import MIGRATIONS, VERSION, migrate

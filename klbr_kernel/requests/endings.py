@@ -24,15 +24,15 @@ from klbr_supervisor.policy import may_retry
 from klbr_supervisor.states import Ending, EndReason
 from klbr_supervisor.supervisor import Supervisor
 
-from .answers import Answers
+from ..frontend.sockets import Frontend
 from .boundary import Boundary
+from .brackets import Replies
 from .current import Current
 from .delivery import Delivery
-from .frontend import Frontend
 from .outcomes import CellError, ending_error, refusal_error, timeout_error
+from .own import Answers
 from .queue import ShellQueue
-from .replies import Replies
-from .requests import CONTROL_REPLIES, QUEUED, Phase, Request
+from .request import CONTROL_REPLIES, QUEUED, Phase, Request
 from .states import LinkState
 
 

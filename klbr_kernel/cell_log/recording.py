@@ -19,8 +19,8 @@ from klbr_supervisor.protocol import as_bytes
 from klbr_supervisor.store import CellRecord, Store, StoreError, queries
 from klbr_supervisor.wire import loads
 
-from .outcomes import cell_status
-from .requests import Request
+from ..requests.outcomes import cell_status
+from ..requests.request import Request
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # bytes, or a zmq.Frame as received (collections.abc's from 3.12)

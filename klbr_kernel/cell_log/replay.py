@@ -19,11 +19,11 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from .cell_log import CellLog
-from .frontend import Frontend
-from .magics import MagicError, ReplaySpec
-from .queue import ShellQueue
-from .requests import Request
+from ..frontend.sockets import Frontend
+from ..magics.parse import MagicError, ReplaySpec
+from ..requests.queue import ShellQueue
+from ..requests.request import Request
+from .recording import CellLog
 
 Show = Callable[[Request, str, dict[str, Any]], None]
 

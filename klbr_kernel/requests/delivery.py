@@ -19,15 +19,15 @@ from klbr_supervisor.protocol import DELIM, Frames, as_bytes
 from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.wire import Wire
 
-from .answers import Answers
+from ..cell_log.recording import OUTPUT_TYPES, CellLog
+from ..frontend.sockets import Frontend
 from .boundary import Boundary
-from .cell_log import OUTPUT_TYPES, CellLog
+from .brackets import Replies
 from .current import Current
-from .frontend import Frontend
 from .outcomes import no_reply_error, obeyed_interrupt, timeout_error, unrecorded_notice
+from .own import Answers
 from .queue import ShellQueue
-from .replies import Replies
-from .requests import Phase, Request
+from .request import Phase, Request
 from .stdin import StdinRelay
 
 log = logging.getLogger(__name__)

@@ -21,7 +21,7 @@ from traitlets import Bool, Float, Int, Unicode, default
 from klbr_supervisor.boot.placement import PlacementError, parse
 from klbr_supervisor.store import Store, queries
 
-from ._version import __version__
+from .._version import __version__
 from .install import install
 
 

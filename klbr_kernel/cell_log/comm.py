@@ -18,8 +18,12 @@ from jupyter_client.session import Session
 
 from klbr_supervisor.supervisor import Supervisor
 
-from ._version import __version__
-from .cell_log import CellLog, frontend_cell_id
+from .._version import __version__
+from ..frontend.sockets import Frontend
+from ..magics.status import status_rows
+from ..requests.brackets import Replies
+from ..requests.queue import ShellQueue
+from ..requests.request import Phase, Request
 from .comm_follow import Followed, Following, OpenComm
 from .comm_requests import (
     MAX_COMM_ID,
@@ -35,12 +39,8 @@ from .comm_requests import (
     unfollow_target,
     unsupported,
 )
-from .frontend import Frontend
-from .queue import ShellQueue
-from .replies import Replies
-from .requests import Phase, Request
+from .recording import CellLog, frontend_cell_id
 from .restore import UNMATCHED_LISTED, Chunks, Json, entry, unmatched
-from .status import status_rows
 
 log = logging.getLogger(__name__)
 # The least change of the worker's memory that is pushed as `state` (checked as each request ends;

@@ -14,20 +14,20 @@ from typing import Any
 from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.wire import Wire
 
-from . import door
-from .answers import Answers
+from ..cell_log.comm import KlbrComms
+from ..frontend import door
+from ..frontend.drops import Drops
+from ..frontend.kernel_info import kernel_info_content
+from ..magics.parse import MagicError, cell_timeout, line_magics
+from ..magics.status import MagicCells
 from .boundary import Boundary
-from .comm import KlbrComms
+from .brackets import Replies
 from .current import Current
-from .drops import Drops
-from .kernel_info import kernel_info_content
 from .lifecycle import Lifecycle
-from .magics import MagicError, cell_timeout, line_magics
 from .outcomes import CellError, refusal_error
+from .own import Answers
 from .queue import ShellQueue
-from .replies import Replies
-from .requests import OWN, QUEUED, SUBSHELL, Phase, Request
-from .status import MagicCells
+from .request import OWN, QUEUED, SUBSHELL, Phase, Request
 from .stdin import StdinRelay
 
 

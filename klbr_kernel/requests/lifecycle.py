@@ -12,13 +12,13 @@ import asyncio
 
 from klbr_supervisor.supervisor import Supervisor
 
-from .answers import Answers
+from ..frontend.sockets import Frontend
 from .boundary import Boundary
+from .brackets import Replies
 from .current import Current
-from .frontend import Frontend
+from .own import Answers
 from .queue import ShellQueue
-from .replies import Replies
-from .requests import Phase, Request
+from .request import Phase, Request
 from .states import Machine, ProxyState
 
 

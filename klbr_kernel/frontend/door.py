@@ -32,7 +32,7 @@ from jupyter_client.jsonutil import ISO8601_PAT
 
 from klbr_supervisor.wire import loads
 
-from .requests import Request
+from ..requests.request import Request
 
 if TYPE_CHECKING:
     from klbr_supervisor.wire import Wire

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from .requests import Phase, Request
+from .request import Phase, Request
 from .states import LINK_TRANSITIONS, LinkState, Machine
 
 if TYPE_CHECKING:

@@ -24,8 +24,8 @@ from klbr_supervisor.protocol import Frames
 from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.wire import Wire
 
-from .frontend import Frontend
-from .requests import Request
+from ..frontend.sockets import Frontend
+from .request import Request
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
-from .cell_log import frontend_cell_id
-from .outcomes import cell_status
-from .queue import ShellQueue
+from ..requests.outcomes import cell_status
+from ..requests.queue import ShellQueue
+from ..requests.request import Phase, Request
+from .recording import frontend_cell_id
 from .replay import Follower
-from .requests import Phase, Request
 from .restore import Json
 
 

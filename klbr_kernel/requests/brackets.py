@@ -9,9 +9,9 @@ from typing import Any
 
 from jupyter_client.session import Session
 
-from .cell_log import CellLog
-from .frontend import Frontend
-from .requests import Request
+from ..cell_log.recording import CellLog
+from ..frontend.sockets import Frontend
+from .request import Request
 
 log = logging.getLogger(__name__)
 

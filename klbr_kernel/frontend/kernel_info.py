@@ -11,7 +11,7 @@ import platform
 import sys
 from typing import Any
 
-from ._version import __version__
+from .._version import __version__
 
 # The messaging protocol the proxy speaks (not jupyter_client's: this module is imported before it,
 # by `early`, and the proxy implements what it implements).

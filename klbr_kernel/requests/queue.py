@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from .requests import Request
+from .request import Request
 from .states import QUEUE_TRANSITIONS, IllegalMove, Machine, QueueState
 
 if TYPE_CHECKING:

@@ -37,8 +37,8 @@ if TYPE_CHECKING:
 
     from klbr_supervisor.generation import Generation
 
-    from .magics import Magic
-    from .replay import Follower
+    from ..cell_log.replay import Follower
+    from ..magics.parse import Magic
 
 __all__ = ["CONTROL_REPLIES", "OWN", "QUEUED", "SUBSHELL", "TRANSITIONS", "WITH_WORKER", "Commit", "IllegalMove",
            "Phase", "Request"]

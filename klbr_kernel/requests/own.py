@@ -18,14 +18,14 @@ from jupyter_client.session import Session
 
 from klbr_supervisor.supervisor import Supervisor
 
+from ..cell_log.recording import CellLog
+from ..frontend.sockets import Frontend
 from .boundary import Boundary
-from .cell_log import CellLog
+from .brackets import Replies
 from .current import Current
-from .frontend import Frontend
 from .outcomes import CellError, refusal_error, session_paused_error
 from .queue import ShellQueue
-from .replies import Replies
-from .requests import QUEUED, Phase, Request
+from .request import QUEUED, Phase, Request
 from .states import Machine, ProxyState
 
 log = logging.getLogger(__name__)

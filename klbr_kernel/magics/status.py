@@ -12,14 +12,14 @@ from klbr_supervisor.generation import Generation
 from klbr_supervisor.memory import MemoryStatus, size_text
 from klbr_supervisor.supervisor import Supervisor
 
-from . import encryption
-from .answers import Answers
-from .cell_log import CellLog
-from .frontend import Frontend
-from .magics import Magic, MagicError, replay_spec
-from .outcomes import CellError
-from .replay import Replay
-from .requests import Phase, Request
+from ..cell_log.recording import CellLog
+from ..cell_log.replay import Replay
+from ..frontend import encryption
+from ..frontend.sockets import Frontend
+from ..requests.outcomes import CellError
+from ..requests.own import Answers
+from ..requests.request import Phase, Request
+from .parse import Magic, MagicError, replay_spec
 
 
 def _duration(seconds: float | None) -> str:

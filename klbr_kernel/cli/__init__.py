@@ -1,0 +1,1 @@
+"""`klbr-kernel COMMAND`: kernelspec install and the cell log's readers."""

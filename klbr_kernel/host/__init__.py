@@ -1,0 +1,10 @@
+"""Cell code talks to its supervisor: `from klbr_kernel import host` (the calls: `client`).
+
+This package runs inside workers, never in the kernel process (importing it changes how the
+importing process starts threads); the kernel hands the supervisor its files for workers without
+klbr (`klbr_kernel.client_package`).
+"""
+
+from .client import CODES, HostError, get, inspect, keys, notify, put, relocate, restart, run
+
+__all__ = ["CODES", "HostError", "get", "inspect", "keys", "notify", "put", "relocate", "restart", "run"]

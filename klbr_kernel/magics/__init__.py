@@ -1,0 +1,1 @@
+"""`%klbr` cells: parsed, carried out, and the status they report."""
