@@ -7,7 +7,7 @@ BIN := $(VENV)/bin
 # twice before klbr's first worker runs, once by every plain ipykernel). Strict mode does not see
 # new modules without a reinstall, so the stamp is named for the list of modules: a new one,
 # or a renamed one, installs again.
-MODULES := $(shell ls klbr_kernel/*.py klbr_supervisor/*.py klbr_supervisor/*/*.py | cksum | cut -d' ' -f1)
+MODULES := $(shell find klbr_kernel klbr_supervisor -name '*.py' | sort | cksum | cut -d' ' -f1)
 STAMP := $(VENV)/.klbr-installed-$(MODULES)
 
 .PHONY: demo test lint bench bench-deps peers docs bytecode browser-deps ssh-deps labextension check-labextension clean
