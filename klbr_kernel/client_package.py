@@ -4,9 +4,9 @@
 another interpreter or an `ssh://` remote has none, and nothing may be installed there. So the
 supervisor writes, for each such generation, the `files` of a package of two modules into a
 directory of that generation (the kernel's 0700 runtime directory here, the agent's 0700 directory
-on a remote) and puts that directory last on the worker's PYTHONPATH: `host.py`, the client's own
-source (the standard library and pyzmq only, which every ipykernel has), and an `__init__`
-(`SHIM`). The supervisor is handed them by the proxy (and by `__main__` for a first worker started
+on a remote) and puts that directory last on the worker's PYTHONPATH: the `host` package, the
+client's own source (the standard library and pyzmq only, which every ipykernel has), and an
+`__init__` for `klbr_kernel` (`SHIM`). The supervisor is handed them by the proxy (and by `__main__` for a first worker started
 early), knows nothing of what they hold, and never imports them: importing the client changes how
 the importing process starts threads.
 
@@ -55,7 +55,12 @@ if _spec is not None and _spec.loader is not None:
 @functools.cache
 def files() -> dict[str, str]:
     """The package's files, by their path below the directory that goes on the worker's path."""
-    package = os.path.basename(os.path.dirname(os.path.abspath(__file__)))
-    with open(os.path.join(os.path.dirname(os.path.abspath(__file__)), "host.py"), encoding="utf-8") as f:
-        host = f.read()
-    return {f"{package}/__init__.py": SHIM, f"{package}/host.py": host}
+    here = os.path.dirname(os.path.abspath(__file__))
+    package = os.path.basename(here)
+    client = os.path.join(here, "host")
+    placed = {f"{package}/__init__.py": SHIM}
+    for name in sorted(os.listdir(client)):
+        if name.endswith(".py"):
+            with open(os.path.join(client, name), encoding="utf-8") as f:
+                placed[f"{package}/host/{name}"] = f.read()
+    return placed
