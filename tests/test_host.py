@@ -438,13 +438,14 @@ def test_a_worker_without_klbr_imports_the_placed_client_and_an_installed_klbr_w
     with host_kernel(tmp_path, where="python") as (km, kc, workspace):
         package, module, path = value(kc, where_from)
         placed = os.path.dirname(os.path.dirname(package))
-        assert os.path.dirname(module) == os.path.dirname(package) and not package.startswith(str(ROOT))
+        assert os.path.dirname(os.path.dirname(module)) == os.path.dirname(package) and not package.startswith(str(ROOT))
         assert path.split(os.pathsep)[-1] == placed  # last on the path
         assert value(kc, "host.inspect()['generation']") == 1
     assert not os.path.exists(placed)  # gone with its generation
     with host_kernel(tmp_path, where="python", env={"PYTHONPATH": str(ROOT)}) as (km, kc, workspace):
         package, module, path = value(kc, where_from)
-        assert (package, module) == (str(ROOT / "klbr_kernel" / "__init__.py"), str(ROOT / "klbr_kernel" / "host.py"))
+        assert (package, module) == (str(ROOT / "klbr_kernel" / "__init__.py"),
+                                     str(ROOT / "klbr_kernel" / "host" / "__init__.py"))
         assert path.split(os.pathsep)[0] == str(ROOT)
         assert value(kc, "host.inspect()['generation']") == 1
 
