@@ -28,11 +28,11 @@ from jupyter_client.session import Session
 from traitlets.config import Configurable
 
 from klbr_supervisor.generation import Generation
+from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.states import Ending
 from klbr_supervisor.store import StoreError
 from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.tasks import Tasks
-from klbr_supervisor.wire import Wire
 
 from . import client_package
 from .cell_log.comm import KlbrComms

@@ -6,8 +6,8 @@ from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
     from .generation import Generation
+    from .messages.wire import Wire
     from .states import Ending
-    from .wire import Wire
 
 
 class WorkerListener(Protocol):

@@ -16,9 +16,9 @@ from .policy import Policy, Refusal
 from .states import HALTED, STARTS, SUPERVISOR_TRANSITIONS, Ending, EndReason, SupervisorState
 
 if TYPE_CHECKING:
+    from .cell_watch import CellWatch
     from .generation import Generation
     from .host import HostService
-    from .ladder import CellWatch
     from .listener import WorkerListener
     from .store import Store
     from .tasks import Tasks

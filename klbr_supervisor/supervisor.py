@@ -23,14 +23,15 @@ from jupyter_client.session import Session
 from .boot.placement import Placement, PlacementError, parse
 from .boot.prelaunch import Early, host_environ
 from .boot.reaper import Reaper
+from .cell_watch import CellWatch
 from .counts import ExecutionCounts
 from .generation import Generation
 from .host import HostService
 from .host.channel import Credentials
-from .ladder import CellWatch
 from .listener import WorkerListener
+from .messages.protocol import Frames
+from .messages.wire import Wire
 from .policy import Policy, Refusal
-from .protocol import Frames
 from .running import RunningCell
 from .settings import SupervisorSettings
 from .states import EndReason, SupervisorState
@@ -39,7 +40,6 @@ from .succession import Succession
 from .targets.base import Given
 from .targets.factory import check, kind_for, target_for
 from .tasks import Tasks
-from .wire import Wire
 
 
 class Supervisor(Succession, SupervisorSettings):

@@ -20,7 +20,7 @@ import pytest
 from jupyter_client.session import Session
 
 from klbr_supervisor.boot.placement import PlacementError, parse
-from klbr_supervisor.resign import BadSignature, Resigner
+from klbr_supervisor.generation.resign import BadSignature, Resigner
 from klbr_supervisor.targets import kind_for
 from utils import (
     collect,

@@ -5,7 +5,7 @@ import asyncio
 import logging
 import time
 
-from klbr_supervisor.ladder import CellWatch
+from klbr_supervisor.cell_watch import CellWatch
 from klbr_supervisor.policy import Policy
 from klbr_supervisor.states import EndReason
 from klbr_supervisor.tasks import Tasks

@@ -6,7 +6,7 @@ import pytest
 import zmq
 from jupyter_client.session import Session
 
-from klbr_supervisor.protocol import DELIM, BadSignature, MalformedMessage, Signer, split, verify
+from klbr_supervisor.messages.protocol import DELIM, BadSignature, MalformedMessage, Signer, split, verify
 
 
 @pytest.mark.parametrize("scheme", ["hmac-sha256", "hmac-sha512"])

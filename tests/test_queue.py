@@ -6,7 +6,7 @@ import time
 
 from klbr_kernel.requests.queue import ShellQueue
 from klbr_kernel.requests.request import Request
-from klbr_supervisor.wire import Wire
+from klbr_supervisor.messages.wire import Wire
 from utils import execute
 
 

@@ -19,7 +19,7 @@ import pytest
 from jupyter_client.kernelspec import KernelSpecManager
 
 from klbr_kernel.requests.request import TRANSITIONS, WITH_WORKER, IllegalMove, Phase, Request
-from klbr_supervisor.wire import Wire
+from klbr_supervisor.messages.wire import Wire
 from utils import collect, start_kernel, until, worker_pid
 
 

@@ -16,10 +16,10 @@ from klbr_kernel.cell_log.recording import CellLog
 from klbr_kernel.frontend import door
 from klbr_kernel.requests import brackets as replies
 from klbr_kernel.requests.brackets import Replies
+from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.store import Store, queries
 from klbr_supervisor.store.recovery import recover_orphans
 from klbr_supervisor.store.schema import MIGRATIONS, VERSION, migrate
-from klbr_supervisor.wire import Wire
 from utils import execute, raw_socket, receive, start_kernel
 
 

@@ -15,9 +15,9 @@ import sqlite3
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from klbr_supervisor.protocol import as_bytes
+from klbr_supervisor.messages.protocol import as_bytes
+from klbr_supervisor.messages.wire import loads
 from klbr_supervisor.store import CellRecord, Store, StoreError, queries
-from klbr_supervisor.wire import loads
 
 from ..requests.outcomes import cell_status
 from ..requests.request import Request

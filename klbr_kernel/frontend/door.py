@@ -30,12 +30,12 @@ from typing import TYPE_CHECKING, Any
 from dateutil.parser import isoparse
 from jupyter_client.jsonutil import ISO8601_PAT
 
-from klbr_supervisor.wire import loads
+from klbr_supervisor.messages.wire import loads
 
 from ..requests.request import Request
 
 if TYPE_CHECKING:
-    from klbr_supervisor.wire import Wire
+    from klbr_supervisor.messages.wire import Wire
 
 # Longest msg_type taken (the longest in the protocol is 24 characters).
 _MAX_MSG_TYPE = 100

@@ -28,8 +28,8 @@ from collections import deque
 
 import zmq
 
-from klbr_supervisor import protocol
-from klbr_supervisor.sockets import Channel
+from klbr_supervisor.messages import protocol
+from klbr_supervisor.messages.sockets import Channel
 
 log = logging.getLogger(__name__)
 

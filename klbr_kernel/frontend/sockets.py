@@ -17,9 +17,9 @@ from typing import Any
 import zmq
 from jupyter_client.session import Session
 
-from klbr_supervisor import protocol
-from klbr_supervisor.sockets import Channel
-from klbr_supervisor.wire import MalformedMessage, Wire, loads
+from klbr_supervisor.messages import protocol
+from klbr_supervisor.messages.sockets import Channel
+from klbr_supervisor.messages.wire import MalformedMessage, Wire, loads
 
 from . import encryption
 from . import standin as early

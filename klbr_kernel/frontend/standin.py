@@ -27,8 +27,8 @@ from typing import Any
 
 import zmq
 
-from klbr_supervisor import protocol
 from klbr_supervisor.boot import prelaunch
+from klbr_supervisor.messages import protocol
 
 from . import encryption
 from .heartbeat import Heartbeat

@@ -15,9 +15,9 @@ from collections.abc import Callable
 
 from jupyter_client.session import Session
 
-from klbr_supervisor.protocol import DELIM, Frames, as_bytes
+from klbr_supervisor.messages.protocol import DELIM, Frames, as_bytes
+from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.supervisor import Supervisor
-from klbr_supervisor.wire import Wire
 
 from ..cell_log.recording import OUTPUT_TYPES, CellLog
 from ..frontend.sockets import Frontend

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.supervisor import Supervisor
-from klbr_supervisor.wire import Wire
 
 from ..cell_log.comm import KlbrComms
 from ..frontend import door

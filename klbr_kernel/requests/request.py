@@ -27,8 +27,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.store import CellRecord
-from klbr_supervisor.wire import Wire
 
 from .states import ENDED_BY_BOUNDARY, TRANSITIONS, WITH_WORKER, IllegalMove, Phase
 

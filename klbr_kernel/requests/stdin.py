@@ -20,9 +20,9 @@ from collections.abc import Callable
 
 from jupyter_client.session import Session
 
-from klbr_supervisor.protocol import Frames
+from klbr_supervisor.messages.protocol import Frames
+from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.supervisor import Supervisor
-from klbr_supervisor.wire import Wire
 
 from ..frontend.sockets import Frontend
 from .request import Request

@@ -27,7 +27,7 @@ from typing import Any, Literal, TypedDict
 
 import zmq
 
-from ..sockets import Channel
+from ..messages.sockets import Channel
 
 PROTOCOL = b"klbr-host/1"
 MAX_REQUEST = 2**20  # bytes of payload a request may have (the client says `too_large` past it)

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from .exits import describe_exit
-from .states import Ending, EndReason
+from ..exits import describe_exit
+from ..states import Ending, EndReason
 
 # Ends a new generation would follow automatically: with no exit seen (a worker elsewhere whose
 # kill was not confirmed), the first may still run, so they count as a lost link instead.

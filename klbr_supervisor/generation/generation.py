@@ -18,23 +18,23 @@ from typing import Any
 import zmq
 from jupyter_client.session import Session
 
-from .boot.placement import Placement, PlacementError
-from .boot.worker import MEMORY_LIMIT
+from ..boot.placement import Placement, PlacementError
+from ..boot.worker import MEMORY_LIMIT
+from ..counts import continue_code
+from ..exits import describe_exit
+from ..host.channel import Credentials
+from ..memory import MemoryWatch, verdict
+from ..messages.protocol import Frames
+from ..messages.wire import Wire
+from ..states import ALIVE, TRANSITIONS, Ending, EndReason, GenerationState
+from ..targets.base import LaunchError, Target
+from .channels import CHANNELS, WorkerChannels
 from .closing import Closing
-from .connection import CHANNELS, WorkerChannels
-from .counts import continue_code
-from .exits import describe_exit
-from .host.channel import Credentials
 from .identity import ask_identity, snapshot
 from .link import LinkWatch, endpoint
-from .memory import MemoryWatch, verdict
-from .protocol import Frames
 from .readiness import Readiness
 from .resign import Resigner, take_key
-from .states import ALIVE, TRANSITIONS, Ending, EndReason, GenerationState
-from .targets.base import LaunchError, Target
 from .traffic import Traffic
-from .wire import Wire
 
 MessageHandler = Callable[["Generation", str, Wire], None]
 EndHandler = Callable[["Generation", Ending], None]

@@ -24,8 +24,8 @@ import zmq
 from jupyter_client.session import Session
 from zmq.utils.monitor import parse_monitor_message
 
-from .protocol import Frames
-from .sockets import Channel
+from ..messages.protocol import Frames
+from ..messages.sockets import Channel
 
 # The worker channels the proxy talks on; heartbeat is not used (we watch the process itself).
 CHANNELS = ("shell", "control", "stdin", "iopub")

@@ -17,7 +17,7 @@ from typing import Any
 
 import zmq
 
-from .sockets import Channel
+from ..messages.sockets import Channel
 
 
 def endpoint(info: dict[str, Any], channel: str) -> str:

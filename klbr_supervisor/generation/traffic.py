@@ -14,14 +14,14 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from .protocol import Frames
+from ..messages.protocol import Frames
+from ..messages.wire import Wire
+from ..states import GenerationState
 from .readiness import Readiness
 from .resign import Resigner
-from .states import GenerationState
-from .wire import Wire
 
 if TYPE_CHECKING:
-    from .generation import Generation
+    from . import Generation
 
 # Published with no parent and still the frontend's business: the debugger's events.
 _UNPARENTED_FOR_FRONTEND = frozenset({"debug_event"})

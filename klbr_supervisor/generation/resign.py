@@ -15,7 +15,7 @@ from typing import Any
 
 from jupyter_client.session import Session
 
-from .protocol import DELIM, BadSignature, Frames, as_bytes, split, verify
+from ..messages.protocol import DELIM, BadSignature, Frames, as_bytes, split, verify
 
 __all__ = ["BadSignature", "Resigner", "take_key"]
 

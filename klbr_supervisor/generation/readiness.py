@@ -15,8 +15,8 @@ from typing import Any
 
 from jupyter_client.session import Session
 
-from .connection import WorkerChannels
-from .wire import Wire
+from ..messages.wire import Wire
+from .channels import WorkerChannels
 
 # Seconds before kernel_info is asked again, when it was answered before iopub proved subscribed.
 _REPROBE = 0.05
