@@ -16,9 +16,9 @@ else:
 
     first = prelaunch.start(sys.argv[1:], client_package.files())
     # Then the frontend's sockets, so the kernel answers kernel_info while the rest imports.
-    from .frontend import standin as early
+    from .frontend import standin
 
-    early.start(sys.argv[1:], first.session_id if first is not None else None)
+    standin.start(sys.argv[1:], first.session_id if first is not None else None)
     from . import app
 
     app.main(first)  # handed down to generation 1, which adopts it

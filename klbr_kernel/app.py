@@ -28,8 +28,7 @@ from klbr_supervisor.supervisor import Supervisor
 
 from . import options, parent
 from ._version import __version__
-from .frontend import encryption
-from .frontend import standin as early
+from .frontend import encryption, standin
 from .proxy import Proxy
 
 
@@ -41,7 +40,7 @@ class KlbrKernelApp(JupyterApp):
 
     connection_file = Unicode("", config=True, help="The connection file the frontend wrote.")
     max_message_size = Int(
-        early.MAX_MESSAGE_SIZE, config=True,
+        standin.MAX_MESSAGE_SIZE, config=True,
         help="The longest frame, in bytes, the kernel takes on shell, control and stdin (an execute's "
              "code or content is one frame); libzmq disconnects a sender whose frame is longer, and its "
              "request is never answered. -1: no limit. (iopub and the heartbeat take a few KiB.) On the kernel's "
@@ -88,12 +87,12 @@ class KlbrKernelApp(JupyterApp):
         return passed
 
     def _check_frame_cap(self) -> None:
-        """The early front bound shell, control and stdin with the cap it read from the command line
-        itself, before traitlets was imported (`early.max_message_size`): checked here against what
+        """The stand-in bound shell, control and stdin with the cap it read from the command line
+        itself, before traitlets was imported (`standin.max_message_size`): checked here against what
         traitlets read. A config file's other value comes too late to apply (binding again would lose
         what is in flight), and is reported; a command line read two ways is a bug in klbr, reported
         louder. Either way the sockets keep the cap they were bound with."""
-        bound = early.bound_max_message_size()
+        bound = standin.bound_max_message_size()
         if bound is None or bound == self.max_message_size:
             return
         if "KlbrKernelApp.max_message_size" in self.cli_config:
@@ -137,9 +136,9 @@ class KlbrKernelApp(JupyterApp):
             username="kernel",
             parent=self,
         )
-        # The session the early answers and the prelaunched worker already speak as, if any.
+        # The session the stand-in's answers and the prelaunched worker already speak as, if any.
         worker = self.first_worker
-        session_id = early.session_id() or (worker.session_id if worker is not None else None)
+        session_id = standin.session_id() or (worker.session_id if worker is not None else None)
         if session_id is not None:
             session.session = session_id
         self._check_frame_cap()
@@ -148,7 +147,7 @@ class KlbrKernelApp(JupyterApp):
             self.log.info("klbr kernel: every worker gets %s", shlex.join(worker_options))
         try:
             asyncio.run(self._serve(info, session, tuple(worker_options)))
-        except* early.BindError as refused:
+        except* standin.BindError as refused:
             self.log.critical("klbr kernel: %s: %s; refusing to start", self.connection_file, refused.exceptions[0])
             self.exit(2)
 

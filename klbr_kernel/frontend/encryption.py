@@ -12,7 +12,7 @@ The keys only ever come from the connection file (readable by its owner only), n
 The link to the workers (`klbr_supervisor`) is not touched: ipc sockets in a 0700 directory, or
 forwarded through ssh, signed with keys of their own.
 
-Standard library and pyzmq only: the early front (`early.bind`) imports it.
+Standard library and pyzmq only: the stand-in (`standin.bind`) imports it.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ def _given(info: dict[str, Any], name: str) -> bool:
 def problem(info: dict[str, Any]) -> str | None:
     """Why the connection file's curve keys cannot be served, or None (also when it has none).
 
-    Called by the app before anything is bound (and by the early front, which then binds nothing);
+    Called by the app before anything is bound (and by the stand-in, which then binds nothing);
     a file that asks for encryption the kernel cannot give is refused, never served in plaintext."""
     given = [name for name in KEYS if _given(info, name)]
     if not given:

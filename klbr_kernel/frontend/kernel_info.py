@@ -14,7 +14,7 @@ from typing import Any
 from .._version import __version__
 
 # The messaging protocol the proxy speaks (not jupyter_client's: this module is imported before it,
-# by `early`, and the proxy implements what it implements).
+# by `standin`, and the proxy implements what it implements).
 PROTOCOL_VERSION = "5.4"
 
 # What ipykernel on this interpreter would say; used until the worker has told us its own.

@@ -4,7 +4,7 @@ reading, and memory stays bounded.
 ipykernel's iopub is a PUB socket: a subscriber that falls 1000 messages behind loses what comes
 next, silently, and when that is a cell's `idle`, nbclient and papermill wait for it forever. The
 proxy's iopub is an XPUB with ``XPUB_NODROP``: a send that finds a subscriber's queue full
-(`early.IOPUB_QUEUE` messages) fails instead, and the message waits here, in order, and is offered
+(`standin.IOPUB_QUEUE` messages) fails instead, and the message waits here, in order, and is offered
 again every `_RETRY` seconds. Waiting outputs are bounded by `max_bytes`: past it, the oldest
 outputs (stream, displays, results) are dropped and counted per request (`dropped`, noticed before
 the request's idle); status, execute_input, errors and comm traffic are kept. The cell log keeps

@@ -21,8 +21,7 @@ from klbr_supervisor.messages import protocol
 from klbr_supervisor.messages.sockets import Channel
 from klbr_supervisor.messages.wire import MalformedMessage, Wire, loads
 
-from . import encryption
-from . import standin as early
+from . import encryption, standin
 from .drops import Drops
 from .heartbeat import Heartbeat
 from .outbox import Outbox
@@ -36,10 +35,10 @@ class Frontend:
         info: dict[str, Any],
         session: Session,
         on_message: Callable[[str, Wire], None],
-        max_message_size: int = early.MAX_MESSAGE_SIZE,
+        max_message_size: int = standin.MAX_MESSAGE_SIZE,
     ):
         """`on_message(channel, wire)` receives every verified shell, control and stdin message;
-        `max_message_size`: the longest frame shell, control and stdin take (see `early.bind`)."""
+        `max_message_size`: the longest frame shell, control and stdin take (see `standin.bind`)."""
         self.info = info
         self.max_message_size = max_message_size
         self.server_keys = encryption.keys(info)  # None: the frontend link is plaintext
@@ -49,7 +48,7 @@ class Frontend:
         self._channels: dict[str, Channel] = {}
         self._heartbeat: Heartbeat | None = None
         self.outbox: Outbox | None = None  # iopub's: waits for slow frontends, drops only outputs
-        self._subscriptions = early.Subscriptions()
+        self._subscriptions = standin.Subscriptions()
         self.drops = Drops(log)  # what came in and was not served, counted
         # Signatures already taken, oldest first, bounded as jupyter_client bounds its digest history.
         self._seen: dict[bytes, None] = {}
@@ -58,10 +57,10 @@ class Frontend:
         self._history_size = session.digest_history_size
 
     def bind(self) -> None:
-        """Take over the sockets bound at start-up (see `early`), or bind them now."""
-        bound = early.take()
+        """Take over the sockets bound at start-up (see `standin`), or bind them now."""
+        bound = standin.take()
         if bound is None:
-            sockets, self._heartbeat = early.bind(self.info, self._context, self.max_message_size)
+            sockets, self._heartbeat = standin.bind(self.info, self._context, self.max_message_size)
         else:
             sockets, self._heartbeat = bound.sockets, bound.heartbeat
             self.max_message_size = bound.max_message_size  # another value is the app's to report
@@ -145,7 +144,7 @@ class Frontend:
             if not self._subscriptions.event(frame.bytes):
                 self.drops.drop("iopub", "neither a subscription nor the end of one")
                 continue
-            topic = early.welcome_topic(frame.bytes)
+            topic = standin.welcome_topic(frame.bytes)
             if topic is not None:
                 self.send_iopub("iopub_welcome", {"subscription": topic.decode()}, parent=None, topic=topic or None)
 

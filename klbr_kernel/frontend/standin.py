@@ -1,4 +1,5 @@
-"""The frontend's sockets, bound first thing, and kernel_info answered while the proxy still starts.
+"""The stand-in: the frontend's sockets bound first thing, and kernel_info answered while the proxy
+still starts (the log calls it the early front).
 
 `python -m klbr_kernel` calls `start` right after the prelaunch and before the heavy imports
 (jupyter_client, traitlets, asyncio: about 200 ms here). Two things follow. A client that connected
@@ -73,7 +74,7 @@ def welcome_topic(event: bytes) -> bytes | None:
 
 class Subscriptions:
     """The live iopub subscriptions, by topic, from the XPUB's events (every one is reported:
-    XPUB_VERBOSER), kept by the early front and then by the `Frontend`.
+    XPUB_VERBOSER), kept by the stand-in and then by the `Frontend`.
 
     libzmq also reports an unsubscription from a peer that never subscribed to its topic, and any
     peer can send one: one of a topic nobody holds is not counted, so the count never goes below
@@ -191,12 +192,12 @@ class Bound:
 
 class _Responder(threading.Thread):
     def __init__(self, bound: Bound, info: dict[str, Any], context: zmq.Context[zmq.Socket[bytes]]):
-        super().__init__(name="klbr-early", daemon=True)
+        super().__init__(name="klbr-standin", daemon=True)
         self._bound = bound
         self._signer = protocol.Signer(info.get("key", "").encode(), info.get("signature_scheme", "hmac-sha256"))
         # Both ends connected before the thread starts (which hands its end over), so a stop is
         # never sent to a pair that is not there yet.
-        url = f"inproc://klbr-early-{id(self)}"
+        url = f"inproc://klbr-standin-{id(self)}"
         self._halt = context.socket(zmq.PAIR)
         self._halt.bind(url)
         self._halted = context.socket(zmq.PAIR)
@@ -326,7 +327,7 @@ def start(argv: list[str], session_id: str | None = None) -> None:
 
 
 def session_id() -> str | None:
-    """The session id the early answers carried, which the proxy keeps; None if nothing was bound."""
+    """The session id the stand-in's answers carried, which the proxy keeps; None if nothing was bound."""
     return _bound.session_id if _bound else None
 
 
@@ -336,7 +337,7 @@ def bound_max_message_size() -> int | None:
 
 
 def take() -> Bound | None:
-    """Stop answering and hand everything over (once); None when nothing was bound early."""
+    """Stop answering and hand everything over (once); None when the stand-in bound nothing."""
     global _bound, _responder
     if _bound is None:
         return None
