@@ -29,7 +29,7 @@ from collections import deque
 import zmq
 
 from klbr_supervisor.messages import protocol
-from klbr_supervisor.messages.sockets import Channel
+from klbr_supervisor.messages.sockets import LoopSocket
 
 log = logging.getLogger(__name__)
 
@@ -58,7 +58,7 @@ def _parent_id(frames: protocol.Frames) -> str:
 
 
 class Outbox:
-    def __init__(self, channel: Channel, max_bytes: int = MAX_BYTES):
+    def __init__(self, channel: LoopSocket, max_bytes: int = MAX_BYTES):
         self._channel = channel
         self._waiting: deque[_Entry] = deque()
         self._bytes = 0  # of the droppable ones waiting

@@ -18,7 +18,7 @@ import zmq
 from jupyter_client.session import Session
 
 from klbr_supervisor.messages import protocol
-from klbr_supervisor.messages.sockets import Channel
+from klbr_supervisor.messages.sockets import LoopSocket
 from klbr_supervisor.messages.wire import MalformedMessage, Wire, loads
 
 from . import encryption, standin
@@ -45,7 +45,7 @@ class Frontend:
         self.session = session
         self._on_message = on_message
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
-        self._channels: dict[str, Channel] = {}
+        self._channels: dict[str, LoopSocket] = {}
         self._heartbeat: Heartbeat | None = None
         self.outbox: Outbox | None = None  # iopub's: waits for slow frontends, drops only outputs
         self._subscriptions = standin.Subscriptions()
@@ -74,7 +74,7 @@ class Frontend:
         for name, sock in sockets.items():
             handler = self._subscription if name == "iopub" else (lambda f, n=name: self._received(n, f))
             # iopub receives subscriptions (Frames, read by `_subscription`); the rest, requests as bytes.
-            self._channels[name] = Channel(f"frontend.{name}", sock, handler, copy=name != "iopub")
+            self._channels[name] = LoopSocket(f"frontend.{name}", sock, handler, copy=name != "iopub")
         self.outbox = Outbox(self._channels["iopub"])
 
     def close(self) -> None:

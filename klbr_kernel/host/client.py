@@ -160,7 +160,7 @@ def _setting(name: str) -> str | None:
     return os.environ.get(name) or os.environ.get(FORWARDED + name)
 
 
-class _Channel:
+class _Connection:
     def __init__(self) -> None:
         endpoint, token, key = (_setting(name) for name in (ENDPOINT, TOKEN, KEY))
         unavailable = _setting(UNAVAILABLE)
@@ -264,18 +264,18 @@ class _Channel:
         return reply if isinstance(reply, dict) and reply.get("call") == call_id else None
 
 
-_channel: _Channel | None = None
-_channel_lock = threading.Lock()
+_connection: _Connection | None = None
+_connection_lock = threading.Lock()
 
 
 def _call(method: str, args: dict[str, Any] | None = None, wait: float = CALL_TIMEOUT) -> Any:
     """Call `method` with `args`; wait at most `wait` seconds for the answer: a JSON value, as the
     supervisor's reply holds it (each call below says what it is)."""
-    global _channel
-    with _channel_lock:
-        if _channel is None:
-            _channel = _Channel()
-    return _channel.call(method, args or {}, wait)
+    global _connection
+    with _connection_lock:
+        if _connection is None:
+            _connection = _Connection()
+    return _connection.call(method, args or {}, wait)
 
 
 # -- the calls --------------------------------------------------------------------------------------

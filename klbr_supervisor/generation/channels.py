@@ -25,7 +25,7 @@ from jupyter_client.session import Session
 from zmq.utils.monitor import parse_monitor_message
 
 from ..messages.protocol import Frames
-from ..messages.sockets import Channel
+from ..messages.sockets import LoopSocket
 
 # The worker channels the proxy talks on; heartbeat is not used (we watch the process itself).
 CHANNELS = ("shell", "control", "stdin", "iopub")
@@ -48,8 +48,8 @@ class WorkerChannels:
         self._on_message = on_message
         self._on_change = on_change
         self._log = log
-        self._channels: dict[str, Channel] = {}
-        self._monitors: dict[str, Channel] = {}
+        self._channels: dict[str, LoopSocket] = {}
+        self._monitors: dict[str, LoopSocket] = {}
         self._connected: set[str] = set()
         self._changed = asyncio.Event()  # set at each connection event, for `drain`
         self.closed = False
@@ -75,9 +75,9 @@ class WorkerChannels:
                 # shell and stdin must share one (as jupyter_client's clients do).
                 sock.setsockopt(zmq.IDENTITY, self._session.bsession)
             monitor = sock.get_monitor_socket(_EVENTS)
-            self._monitors[name] = Channel(f"{self._name}.{name}-monitor", monitor, partial(self._event, name))
+            self._monitors[name] = LoopSocket(f"{self._name}.{name}-monitor", monitor, partial(self._event, name))
             sock.connect(endpoints[name])
-            self._channels[name] = Channel(f"{self._name}.{name}", sock, partial(self._on_message, name), copy=True)
+            self._channels[name] = LoopSocket(f"{self._name}.{name}", sock, partial(self._on_message, name), copy=True)
 
     def connected(self, channel: str) -> bool:
         return channel in self._connected

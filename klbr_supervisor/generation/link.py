@@ -17,7 +17,7 @@ from typing import Any
 
 import zmq
 
-from ..messages.sockets import Channel
+from ..messages.sockets import LoopSocket
 
 
 def endpoint(info: dict[str, Any], channel: str) -> str:
@@ -35,7 +35,7 @@ class LinkWatch:
         sock = context.socket(zmq.DEALER)
         sock.linger = 0
         sock.connect(heartbeat)
-        self._channel = Channel(f"{name}.hb", sock, self.heard)
+        self._channel = LoopSocket(f"{name}.hb", sock, self.heard)
         self._timeout = timeout
         self._on_lost = on_lost
         self._heard_at = time.monotonic()

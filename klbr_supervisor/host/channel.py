@@ -27,7 +27,7 @@ from typing import Any, Literal, TypedDict
 
 import zmq
 
-from ..messages.sockets import Channel
+from ..messages.sockets import LoopSocket
 
 PROTOCOL = b"klbr-host/1"
 MAX_REQUEST = 2**20  # bytes of payload a request may have (the client says `too_large` past it)
@@ -111,7 +111,7 @@ class HostChannel:
         self._log = log
         self.dropped = 0
         self._context = context
-        self._channels: dict[str, Channel] = {}
+        self._channels: dict[str, LoopSocket] = {}
         # One sender per socket, made once: a caller's answers stay equal (`Answer`).
         self._senders: dict[str, Callable[[bytes, bytes, Reply], None]] = {}
         self.tcp: TcpListener | None = None
@@ -129,7 +129,7 @@ class HostChannel:
         except zmq.ZMQError:
             sock.close()
             raise
-        self._channels[name] = Channel(name, sock, functools.partial(self._received, name))
+        self._channels[name] = LoopSocket(name, sock, functools.partial(self._received, name))
         self._senders[name] = functools.partial(self._send, name)
         return str(sock.getsockopt_string(zmq.LAST_ENDPOINT))
 

@@ -7,7 +7,7 @@ high-water mark; toward a frontend, `offer` says when a queue is full, and the c
 message (see `klbr_kernel.outbox`).
 
 A callback is the error boundary of what it receives (the proxy answers a request whose handling
-raised): a `Channel` catches nothing. An exception that still escapes a callback reaches asyncio's
+raised): a `LoopSocket` catches nothing. An exception that still escapes a callback reaches asyncio's
 exception handler, which logs it, and the messages queued behind it are delivered all the same.
 """
 
@@ -35,7 +35,7 @@ _EVENTS = int(zmq.EVENTS)
 _SMALL = zmq.COPY_THRESHOLD
 
 
-class Channel:
+class LoopSocket:
     """One ZMQ socket and the callback that receives its messages.
 
     Created by whoever owns the socket (the proxy for frontend sockets, a `Generation` for worker
