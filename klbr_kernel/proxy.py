@@ -206,7 +206,7 @@ class Proxy:
         self.guard(None, self.endings.ended, generation, ending)
         self.guard(None, self.comms.changed)
 
-    def host_note(self, msg_id: str, text: str) -> None:
+    def cell_note(self, msg_id: str, text: str) -> None:
         req = self.current.waiting.get(msg_id)
         if req is not None:
             note = {"data": {"text/plain": f"klbr note: {text}", "text/markdown": f"**klbr note:** {text}"},

@@ -22,5 +22,5 @@ class WorkerListener(Protocol):
     def generation_ended(self, generation: Generation, ending: Ending) -> None:
         """The current `generation` ended; everything it sent before was delivered first."""
 
-    def host_note(self, msg_id: str, text: str) -> None:
+    def cell_note(self, msg_id: str, text: str) -> None:
         """The running cell `msg_id` left a note with `host.notify`: show it in its output."""

@@ -92,7 +92,7 @@ class Succession:
         (self.log.info if ending.reason in _ASKED else self.log.warning)(
             "generation %d (pid %s) ended: %s, %s", gen.number, gen.pid, ending.reason.value, ending.how)
         self._live.discard(gen)
-        self.host.retire(gen.host, ending)
+        self.host.retire(gen.credentials, ending)
         if gen.served:
             self.store.generation_ended(gen.number, f"{ending.reason.value}: {ending.how}",
                                         gen.memory.peak if gen.memory is not None else None)

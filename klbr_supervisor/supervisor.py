@@ -118,7 +118,7 @@ class Supervisor(Succession, SupervisorSettings):
     def _launch(self, *, spare: bool) -> Generation:
         number = next(self._numbers)
         early, self._first = self._first, None  # generation 1 adopts what was started early
-        host = early.host if early is not None and early.host else host_environ(self._runtime_dir)
+        host = early.host_channel if early is not None and early.host_channel else host_environ(self._runtime_dir)
         assert self._reaper is not None, "run() starts the reaper before any generation"
         given = Given(number=number, runtime_dir=self._runtime_dir, reaper=self._reaper, context=self._zmq,
                       log=self.log, ssh=self.ssh, link_timeout=self.link_timeout, client=self._host_client,
@@ -127,9 +127,9 @@ class Supervisor(Succession, SupervisorSettings):
         gen = Generation(
             number, target=target, session=self.session, worker_args=self.worker_args,
             worker_options=self.worker_options, zmq_context=self._zmq, on_message=self._message,
-            on_end=self._ended, log=self.log, host=Credentials.from_environ(host), link_timeout=self.link_timeout,
+            on_end=self._ended, log=self.log, credentials=Credentials.from_environ(host), link_timeout=self.link_timeout,
             memory_limit=self.memory_limit_bytes)
-        self.host.admit(gen, gen.host)
+        self.host.admit(gen, gen.credentials)
         self._live.add(gen)
         if spare:
             self.spare = gen

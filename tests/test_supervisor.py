@@ -36,7 +36,7 @@ class Recorder:
     def generation_ended(self, generation, ending):
         self._note("ended", generation, ending)
 
-    def host_note(self, msg_id, text):
+    def cell_note(self, msg_id, text):
         self._note("note", msg_id, text)
 
     def _note(self, *event) -> None:

@@ -139,7 +139,7 @@ class Early:
     """What `start` started, until it is handed over: `take` (once, by the target that adopts it),
     or `discard` (once, by whoever finds it is not what is configured, or at exit)."""
 
-    host: dict[str, str] | None = None  # its host channel's endpoint, token and key, if it has one
+    host_channel: dict[str, str] | None = None  # its host channel's endpoint, token and key, if it has one
 
     def __init__(self, process: subprocess.Popen[bytes], runtime_dir: str, session_id: str):
         self.process = process
@@ -172,11 +172,11 @@ class Prelaunched(Early):
     """The default worker, ipykernel on this interpreter (`targets.local` adopts it)."""
 
     def __init__(self, process: subprocess.Popen[bytes], runtime_dir: str, connection_file: str, session_id: str,
-                 host: dict[str, str], args: list[str]):
+                 host_channel: dict[str, str], args: list[str]):
         super().__init__(process, runtime_dir, session_id)
         self.args = args  # ipykernel's, after its connection file
         self.connection_file = connection_file
-        self.host = host
+        self.host_channel = host_channel
 
     def matches(self, settings: Configured, session_id: str) -> bool:
         """The default worker, with the session id the proxy speaks as and the options it read for
@@ -381,11 +381,11 @@ def _start_ssh(argv: list[str], info: dict[str, Any], runtime: str, session_id: 
                         float(given["link_timeout"][0]) if given["link_timeout"] else LINK_TIMEOUT,
                         os.path.join(runtime, "ssh1"), os.urandom(32).hex(), info.get("signature_scheme", "hmac-sha256"),
                         args)
-        launch.host, launch.client = host_environ(runtime), client
+        launch.host_channel, launch.client = host_environ(runtime), client
         process = launch.spawn()
     except (PlacementError, ValueError, OSError):
         _end(None, runtime)
         return None  # the supervisor starts it, and says what is wrong
     early = EarlySsh(launch, process, runtime, session_id)
-    early.host = launch.host  # the supervisor's channel admits it
+    early.host_channel = launch.host_channel  # the supervisor's channel admits it
     return early

@@ -78,7 +78,7 @@ class Launch:
         # The host channel's credentials as the supervisor gives them (its endpoint an ipc path
         # here), and the host client's files (`targets.client`): the remote kernel gets both from
         # the agent, its endpoint the remote end of one more forwarded socket (`host_socket`).
-        self.host: dict[str, str] = {}
+        self.host_channel: dict[str, str] = {}
         self.client: dict[str, str] = {}
         # Beside its directory, not in it: ssh binds it as it connects, before the agent runs.
         # sshd makes it 0600 (its StreamLocalBindMask, 0177 unless its admin says otherwise).
@@ -89,7 +89,7 @@ class Launch:
         forwards = []
         for port in CHANNELS.values():
             forwards += ["-L", f"{self.local}-{port}:{self.remote_dir}/k-{port}"]
-        endpoint = self.host.get(HOST_ENDPOINT, "")
+        endpoint = self.host_channel.get(HOST_ENDPOINT, "")
         if endpoint.startswith("ipc://"):  # the remote's calls come back to this machine's socket
             forwards += ["-R", f"{self.host_socket}:{endpoint.removeprefix('ipc://')}"]
         return [*base[:-1], "-o", "ExitOnForwardFailure=yes", "-o", "StreamLocalBindMask=0177",
@@ -97,10 +97,10 @@ class Launch:
 
     def _host_channel(self) -> dict[str, object]:
         """What the agent gives its kernel of the host channel (none without credentials)."""
-        if not self.host.get(HOST_ENDPOINT, "").startswith("ipc://"):
+        if not self.host_channel.get(HOST_ENDPOINT, "").startswith("ipc://"):
             return {}
-        return {"host": {**self.host, HOST_ENDPOINT: f"ipc://{self.host_socket}"}, "host_socket": self.host_socket,
-                "client": self.client}
+        return {"host": {**self.host_channel, HOST_ENDPOINT: f"ipc://{self.host_socket}"},
+                "host_socket": self.host_socket, "client": self.client}
 
     def spawn(self) -> subprocess.Popen[bytes]:
         """Start ssh in a session of its own (what it starts goes with it) and give the agent its

@@ -50,14 +50,14 @@ class Generation:
 
     def __init__(self, number: int, *, target: Target, session: Session, worker_args: tuple[str, ...] = (),
                  worker_options: tuple[str, ...] = (), zmq_context: zmq.Context[zmq.Socket[bytes]],
-                 on_message: MessageHandler, on_end: EndHandler, log: logging.Logger, host: Credentials,
+                 on_message: MessageHandler, on_end: EndHandler, log: logging.Logger, credentials: Credentials,
                  link_timeout: float = 15.0,
                  memory_limit: int | None = None):
         """`session` is the proxy's (its worker's, when the target shares the key); `worker_args`
         klbr's own options for an ipykernel it starts, `worker_options` the user's, for any worker;
         `memory_limit` bytes its worker may allocate, where the target's worker sets it itself."""
         self.number = number
-        self.host = host  # its worker's way back to the supervisor (`klbr_supervisor.host`)
+        self.credentials = credentials  # its worker's host channel back to the supervisor (`klbr_supervisor.host`)
         self.target = target
         self.state = GenerationState.NEW
         self.ending: Ending | None = None
@@ -132,7 +132,7 @@ class Generation:
         # The proxy's session id (and key, when shared: its messages go on untouched); the user's options.
         extra = target.arguments(self._proxy_session, self._worker_args, self._worker_options)
         self.log.debug("generation %d: %s with %s", self.number, target.kernel_name, extra)
-        env = target.environment(self.host.environ())
+        env = target.environment(self.credentials.environ())
         if self.memory_limit:
             env[MEMORY_LIMIT] = str(self.memory_limit)
         try:

@@ -330,7 +330,7 @@ class HostService(LoggingConfigurable):
                                    message=f"a note is a non-empty string of at most {MAX_NOTE} characters")
         cell = self._cell()
         self.supervisor.store.event("note", {"generation": cell.generation.number, "cell": cell.cell_id, "text": text})
-        self.supervisor.listener.host_note(cell.msg_id, text)
+        self.supervisor.listener.cell_note(cell.msg_id, text)
         done(None)
 
     def _call_restart(self, call: str, args: dict[str, Any], done: Done) -> None:

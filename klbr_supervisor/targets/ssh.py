@@ -130,7 +130,7 @@ class SshTarget(Target):
         else:
             self._launch.args = list(extra_arguments)
             # the host channel's part of it: the limit travels as the start's own key
-            self._launch.host = {name: value for name, value in env.items() if name != MEMORY_LIMIT}
+            self._launch.host_channel = {name: value for name, value in env.items() if name != MEMORY_LIMIT}
             self._launch.client = dict(self.given.client)
             try:
                 process = self._launch.spawn()
