@@ -2,8 +2,8 @@
 store change, where `proxy_cost.py --callgrind` takes a minute.
 
 Each cell makes the calls the proxy makes for a trivial execute, in its order, through the same
-objects (`Replies.duplicate` and so `CellLog.recorded_execute`, then `CellLog.start`, a turn of the
-loop, `CellLog.finish` with an execute_reply's content, `Replies.replied`), on a `Store` over a file
+objects (`Resends.duplicate` and so `CellLog.recorded_execute`, then `CellLog.start`, a turn of the
+loop, `CellLog.finish` with an execute_reply's content, `Brackets.replied`), on a `Store` over a file
 of its own, inside a running asyncio loop. The requests are stand-ins with the attributes those
 calls read: a jupyter_client msg_id and client session, a signed digest, `pass`.
 
@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from klbr_kernel.cell_log.recording import CellLog
-from klbr_kernel.requests.brackets import Replies
+from klbr_kernel.requests.brackets import Brackets
 from klbr_supervisor.store import Store
 
 
@@ -44,7 +44,7 @@ class _Wire:
 
 
 class _Execute:
-    """A trivial execute_request as `Replies` and `CellLog` read it."""
+    """A trivial execute_request as `Resends` and `CellLog` read it."""
 
     msg_type = "execute_request"
     counts = True
@@ -71,7 +71,7 @@ def _settled(error: object) -> None:
 
 async def _cells(store: Store, n: int, clients: list[str], counter: list[int], jupyterlab: bool = False) -> None:
     log = CellLog(store)
-    replies = Replies(None, None, log)  # type: ignore[arg-type]  # a new execute sends nothing
+    brackets = Brackets(None, None, log)  # type: ignore[arg-type]  # a new execute sends nothing
     pid = os.getpid()
     for _ in range(n):
         counter[0] += 1
@@ -82,7 +82,7 @@ async def _cells(store: Store, n: int, clients: list[str], counter: list[int], j
             req = _Execute(client, str(uuid.uuid4()), f"{i:064x}", metadata)
         else:  # jupyter_client's msg_ids and metadata
             req = _Execute(client, f"{client}_{pid}_{i}", f"{i:064x}")
-        if replies.duplicate(req):  # type: ignore[arg-type]
+        if brackets.resends.duplicate(req):  # type: ignore[arg-type]
             msg = "a new execute was taken for a resend"
             raise SystemExit(msg)
         if not log.start(req, 1, _settled):  # type: ignore[arg-type]
@@ -92,7 +92,7 @@ async def _cells(store: Store, n: int, clients: list[str], counter: list[int], j
         req.reply_content = content
         if not log.finish(req, content, _settled):  # type: ignore[arg-type]
             await asyncio.sleep(0)
-        replies.replied(req)  # type: ignore[arg-type]
+        brackets.replied(req)  # type: ignore[arg-type]
 
 
 async def _run(path: str, cells: int, warmup: int, clients: int, existing: int, jupyterlab: bool) -> float:

@@ -9,8 +9,9 @@ The state they share is each in an object of its own, with its own door (`states
 - `dispatch`: what comes from the frontend, admitted by the `door`, goes where it belongs;
 - `delivery`: what the worker sends goes to the frontend, and a cell's reply and idle are held
   until its outcome is committed (semantics 3);
-- `answers`: what the proxy answers itself (history, refusals, aborts), and how every answered
-  request ends; `status.MagicCells`: `%klbr` cells; `lifecycle`: interrupt and shutdown;
+- `own`: what the proxy answers itself (history, refusals, aborts), and how every answered
+  request ends; `brackets`: the proxy's replies and busy/idle, and (`resends`) an execute sent
+  again; `magics.status.MagicCells`: `%klbr` cells; `lifecycle`: interrupt and shutdown;
 - `endings`: when a generation ends, everything that waited on it is answered (semantics 1, 2, 8).
 
 The error boundary is `guard`: wherever a message or a callback enters, what its handling raises is
@@ -41,14 +42,14 @@ from .cell_log.replay import Replay
 from .frontend.sockets import Frontend
 from .frontend.standin import MAX_MESSAGE_SIZE
 from .magics.status import MagicCells
-from .requests.brackets import Replies
+from .requests.brackets import Brackets
 from .requests.current import Current
 from .requests.delivery import Delivery
 from .requests.dispatch import Dispatch
 from .requests.endings import Endings
 from .requests.lifecycle import Lifecycle
 from .requests.outcomes import internal_error, session_paused_error
-from .requests.own import Answers
+from .requests.own import OwnAnswers
 from .requests.queue import ShellQueue
 from .requests.request import Phase, Request
 from .requests.states import PROXY_TRANSITIONS, Machine, ProxyState
@@ -74,31 +75,31 @@ class Proxy:
                                                   worker_options=worker_options, first=first_worker,
                                                   host_client=client_package.files())
         self.cell_log = cell_log = CellLog(supervisor.store)
-        self.replies = replies = Replies(frontend, session, cell_log)
+        self.brackets = brackets = Brackets(frontend, session, cell_log)
         self.queue = queue = ShellQueue()
         self.current = current = Current()
         life = Machine("proxy", PROXY_TRANSITIONS, ProxyState.SERVING)
         # The klbr comm (JupyterLab's extension): answered by the proxy itself, told when the
         # generation, placement or recording state may have changed.
-        self.comms = comms = KlbrComms(frontend, replies, session, cell_log, supervisor, queue, self.start)
-        self.answers = answers = Answers(self, life=life, queue=queue, current=current, frontend=frontend,
-                                         replies=replies, cell_log=cell_log, supervisor=supervisor, session=session,
-                                         state_changed=comms.changed)
+        self.comms = comms = KlbrComms(frontend, brackets, session, cell_log, supervisor, queue, self.start)
+        self.own = own = OwnAnswers(self, life=life, queue=queue, current=current, frontend=frontend,
+                                    brackets=brackets, cell_log=cell_log, supervisor=supervisor, session=session,
+                                    state_changed=comms.changed)
         self.stdin = stdin = StdinRelay(frontend, supervisor, session,
-                                        lambda req, text: answers.output(req, "stream", {"name": "stderr", "text": text}))
-        replay = Replay(frontend, cell_log, queue, supervisor.notebook, answers.output)
-        self.magic_cells = magic_cells = MagicCells(answers, replay, supervisor, cell_log, frontend)
+                                        lambda req, text: own.output(req, "stream", {"name": "stderr", "text": text}))
+        replay = Replay(frontend, cell_log, queue, supervisor.notebook, own.output)
+        self.magic_cells = magic_cells = MagicCells(own, replay, supervisor, cell_log, frontend)
         self.lifecycle = lifecycle = Lifecycle(self, life=life, supervisor=supervisor, queue=queue, current=current,
-                                               answers=answers, replies=replies, frontend=frontend)
+                                               own=own, brackets=brackets, frontend=frontend)
         self.delivery = delivery = Delivery(self, current=current, queue=queue, supervisor=supervisor,
-                                            cell_log=cell_log, answers=answers, replies=replies, stdin=stdin,
+                                            cell_log=cell_log, own=own, brackets=brackets, stdin=stdin,
                                             frontend=frontend, session=session)
         self.dispatch = dispatch = Dispatch(self, signed=session.auth is not None, lifecycle=lifecycle, queue=queue,
-                                            current=current, supervisor=supervisor, answers=answers,
-                                            magic_cells=magic_cells, replies=replies, stdin=stdin,
+                                            current=current, supervisor=supervisor, own=own,
+                                            magic_cells=magic_cells, brackets=brackets, stdin=stdin,
                                             drops=frontend.drops, comms=comms)
-        self.endings = Endings(self, current=current, queue=queue, supervisor=supervisor, answers=answers,
-                               delivery=delivery, forward=dispatch.forward, replies=replies, frontend=frontend)
+        self.endings = Endings(self, current=current, queue=queue, supervisor=supervisor, own=own,
+                               delivery=delivery, forward=dispatch.forward, brackets=brackets, frontend=frontend)
         self._tasks: Tasks | None = None
 
     async def run(self) -> None:
@@ -152,7 +153,7 @@ class Proxy:
             # Its worker still runs it, and nothing here follows it any more: it is interrupted
             # (the ladder kills the worker if it does not stop), and the next request waits for it.
             self.queue.abandon(req, gen)
-        self.answers.forget(req)
+        self.own.forget(req)
         req.move(Phase.DONE, by_boundary=True)  # the boundary ends a request from whatever phase it was in
         if abandoned:
             if req.msg_type == "execute_request":
@@ -162,19 +163,19 @@ class Proxy:
         error = internal_error(req.msg_type, exc)
         req.outcome = error.status
         try:
-            self.replies.busy(req)
+            self.brackets.busy(req)
             if req.msg_type.endswith("_request") and not req.reply_sent:
                 content = {"status": "error", **error.content()}
                 if req.msg_type == "execute_request":
                     content["execution_count"] = req.count or self.supervisor.counts.last
                     self.frontend.send_iopub("error", error.content(), req.header)
-                self.replies.reply(req, content)
+                self.brackets.reply(req, content)
                 if req.record is not None:
                     self.cell_log.finish(req, content, lambda error: None)
-            self.replies.idle(req)
+            self.brackets.idle(req)
             if in_flight:  # an error like any other: the executes queued behind it are aborted
                 for aborted in self.queue.finish(req, "error"):
-                    self.answers.abort(aborted)
+                    self.own.abort(aborted)
         except Exception:
             log.exception("answering %s %s after an internal error failed too", req.msg_type, req.msg_id)
         asyncio.get_running_loop().call_soon(self.pump)
@@ -211,7 +212,7 @@ class Proxy:
         if req is not None:
             note = {"data": {"text/plain": f"klbr note: {text}", "text/markdown": f"**klbr note:** {text}"},
                     "metadata": {}, "transient": {}}
-            self.guard(req, self.answers.output, req, "display_data", note)
+            self.guard(req, self.own.output, req, "display_data", note)
 
     # -- the queue ---------------------------------------------------------------------------------
 
@@ -235,12 +236,12 @@ class Proxy:
             return False
         if req.msg_type == "history_request" and self.cell_log.recording:
             self.queue.take()
-            self.answers.history(req)
+            self.own.history(req)
             return True
-        refusal = self.answers.refusal(req)
+        refusal = self.own.refusal(req)
         if refusal is not None:
             self.queue.take()
-            self.answers.here(req, error=refusal)
+            self.own.here(req, error=refusal)
             return True
         generation = self.current.generation
         if generation is None or not generation.alive:  # `current.alive`, with the generation at hand
@@ -265,7 +266,7 @@ class Proxy:
             return  # answered meanwhile (shutdown)
         if error is not None:
             req.record = None
-            self.answers.here(req, error=session_paused_error(error))
+            self.own.here(req, error=session_paused_error(error))
         elif not self.current.alive:
             req.move(Phase.QUEUED)  # its generation ended meanwhile: it runs on the next one
             self.queue.put_back(req)

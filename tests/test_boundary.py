@@ -12,7 +12,7 @@ import time
 from utils import collect, execute, start_kernel
 
 PLANTED = """
-import klbr_kernel.requests.own as answers
+import klbr_kernel.requests.own as own
 import klbr_kernel.requests.delivery as delivery
 import klbr_kernel.requests.dispatch as dispatch
 import klbr_kernel.magics.status as status
@@ -23,7 +23,7 @@ def planted(where):
     raise RuntimeError(f"planted bug in {where}")
 
 
-answers.Answers.history = lambda self, req: planted("the history answer")
+own.OwnAnswers.history = lambda self, req: planted("the history answer")
 status.magic_output = lambda *args: planted("a %klbr command")
 
 _route = dispatch.Dispatch._route

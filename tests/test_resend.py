@@ -14,8 +14,8 @@ from jupyter_client.session import Session
 
 from klbr_kernel.cell_log.recording import CellLog
 from klbr_kernel.frontend import door
-from klbr_kernel.requests import brackets as replies
-from klbr_kernel.requests.brackets import Replies
+from klbr_kernel.requests import resends
+from klbr_kernel.requests.brackets import Brackets
 from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.store import Store, queries
 from klbr_supervisor.store.recovery import recover_orphans
@@ -122,11 +122,11 @@ def test_a_database_of_the_first_schema_moves_forward_and_its_rows_match_no_rese
 
 
 # -- the rule on a real log, without a kernel: which executes read the log ---------------------------
-# `Replies` and `CellLog` over a `Store` on a file, fed real requests (jupyter_client's frames, cut
+# `Brackets` (its `Resends`) and `CellLog` over a `Store` on a file, fed real requests (jupyter_client's frames, cut
 # and admitted as the `Frontend` does); the replies the proxy would send are collected.
 
 class _Frontend:
-    """Where `Replies` sends the answers to resends: kept as (msg_id, content)."""
+    """Where `Brackets` sends the answers to resends: kept as (msg_id, content)."""
 
     def __init__(self):
         self.sent = []
@@ -145,7 +145,7 @@ class _Kernel:
         assert self.store.open(uuid=str(uuid.uuid4()), notebook=None, kernel=None)
         self.cell_log = CellLog(self.store)
         self.frontend = _Frontend()
-        self.replies = Replies(self.frontend, Session(), self.cell_log)
+        self.brackets = Brackets(self.frontend, Session(), self.cell_log)
         self.reads = []  # statements on the read connection
         self.store.reader().set_trace_callback(self.reads.append)
         self.count = 0
@@ -153,14 +153,14 @@ class _Kernel:
     def send(self, frames) -> bool:
         """True: answered as a resend; else the cell ran (recorded, replied)."""
         req = door.admit("shell", Wire.parse(frames), signed=True)
-        if self.replies.duplicate(req):
+        if self.brackets.resends.duplicate(req):
             return True
         self.count += 1
         assert self.cell_log.start(req, 1, _failed)
         content = {"status": "ok", "execution_count": self.count}
         req.reply_content = content
         assert self.cell_log.finish(req, content, _failed)
-        self.replies.replied(req)
+        self.brackets.replied(req)
         return False
 
 
@@ -241,10 +241,10 @@ def test_a_resend_after_its_msg_id_was_reused_is_answered_from_the_record(log_pa
 
 @pytest.mark.parametrize("logged", [10_000, 2], ids=["kept", "past-the-bound"])
 def test_an_execute_the_kernel_forgot_is_still_answered_from_the_record(log_path, monkeypatch, logged):
-    """Past what `Replies` remembers, an execute's msg_id joins its client's msg_ids in the log, so
+    """Past what `Resends` remembers, an execute's msg_id joins its client's msg_ids in the log, so
     a resend of it is looked up; past what those may hold, every execute of the client is."""
-    monkeypatch.setattr(replies, "_REMEMBERED", 3)
-    monkeypatch.setattr(replies, "_LOGGED", logged)
+    monkeypatch.setattr(resends, "_REMEMBERED", 3)
+    monkeypatch.setattr(resends, "_LOGGED", logged)
 
     async def main():
         kernel, client = _Kernel(log_path), Session(key=b"k")

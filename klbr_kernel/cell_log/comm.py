@@ -21,7 +21,7 @@ from klbr_supervisor.supervisor import Supervisor
 from .._version import __version__
 from ..frontend.sockets import Frontend
 from ..magics.status import status_rows
-from ..requests.brackets import Replies
+from ..requests.brackets import Brackets
 from ..requests.queue import ShellQueue
 from ..requests.request import Phase, Request
 from .comm_follow import Followed, Following, OpenComm
@@ -54,10 +54,10 @@ class KlbrComms:
     """The open klbr comms, their requests and pushes. Owned by the proxy; `claims` and `handle` are
     called by `Dispatch`, `changed` by the proxy when a generation or the store may have changed."""
 
-    def __init__(self, frontend: Frontend, replies: Replies, session: Session, cell_log: CellLog,
+    def __init__(self, frontend: Frontend, brackets: Brackets, session: Session, cell_log: CellLog,
                  supervisor: Supervisor, queue: ShellQueue, start: Start):
         self._frontend = frontend
-        self._replies = replies
+        self._brackets = brackets
         self._session = session
         self._cell_log = cell_log
         self._supervisor = supervisor
@@ -76,7 +76,7 @@ class KlbrComms:
     def handle(self, req: Request) -> None:
         """Answer `req` inside its bracket; what is asynchronous (the log's read, a restart) finishes later."""
         req.move(Phase.PROXY)
-        self._replies.busy(req)
+        self._brackets.busy(req)
         comm_id = str(req.content["comm_id"])
         if len(comm_id) > MAX_COMM_ID:
             self._frontend.drops.refuse("shell", f"a klbr comm id longer than {MAX_COMM_ID} characters",
@@ -245,5 +245,5 @@ class KlbrComms:
 
     def _done(self, req: Request) -> None:
         req.move(Phase.ANSWERED)
-        self._replies.idle(req)
+        self._brackets.idle(req)
         req.move(Phase.DONE)

@@ -118,7 +118,7 @@ class Replay:
     def __init__(self, frontend: Frontend, cell_log: CellLog, queue: ShellQueue, notebook: str | None, show: Show):
         """`queue`: where the cell still running is; `notebook`: whose cells are replayed;
         `show(req, msg_type, content)`: an output of the replay cell's own (its header line),
-        shown and recorded (`Answers.output`)."""
+        shown and recorded (`OwnAnswers.output`)."""
         self._frontend = frontend
         self._cell_log = cell_log
         self._queue = queue

@@ -17,7 +17,7 @@ from ..cell_log.replay import Replay
 from ..frontend import encryption
 from ..frontend.sockets import Frontend
 from ..requests.outcomes import CellError
-from ..requests.own import Answers
+from ..requests.own import OwnAnswers
 from ..requests.request import Phase, Request
 from .parse import Magic, MagicError, replay_spec
 
@@ -149,9 +149,9 @@ async def magic_output(magic: Magic, supervisor: Supervisor, cell_log: CellLog,
 
 
 class MagicCells:
-    def __init__(self, answers: Answers, replay: Replay, supervisor: Supervisor, cell_log: CellLog,
+    def __init__(self, own: OwnAnswers, replay: Replay, supervisor: Supervisor, cell_log: CellLog,
                  frontend: Frontend):
-        self._answers = answers
+        self._own = own
         self._replay = replay
         self._supervisor = supervisor
         self._cell_log = cell_log
@@ -161,7 +161,7 @@ class MagicCells:
         """A cell of `%klbr` lines (phase PROXY), carried out by the supervisor (`magic_output`) or
         the `replay`; what each line prints is shown as it is done, then the cell is answered."""
         error = None
-        self._answers.begin(req)
+        self._own.begin(req)
         if req.magic_error:
             error = CellError("UsageError", req.magic_error)
         else:
@@ -172,8 +172,8 @@ class MagicCells:
                         continue
                     text = await magic_output(magic, self._supervisor, self._cell_log, self._frontend)
                     if text and not req.silent:
-                        self._answers.output(req, "stream", {"name": "stdout", "text": text})
+                        self._own.output(req, "stream", {"name": "stdout", "text": text})
             except ValueError as e:  # MagicError, and a bad argument
                 error = CellError("UsageError", str(e))
         if req.phase is Phase.PROXY:  # not answered meanwhile (a shutdown)
-            self._answers.here(req, error=error)
+            self._own.here(req, error=error)

@@ -22,10 +22,10 @@ from klbr_supervisor.supervisor import Supervisor
 from ..cell_log.recording import OUTPUT_TYPES, CellLog
 from ..frontend.sockets import Frontend
 from .boundary import Boundary
-from .brackets import Replies
+from .brackets import Brackets
 from .current import Current
 from .outcomes import no_reply_error, obeyed_interrupt, timeout_error, unrecorded_notice
-from .own import Answers
+from .own import OwnAnswers
 from .queue import ShellQueue
 from .request import Phase, Request
 from .stdin import StdinRelay
@@ -43,7 +43,7 @@ GRACE_CHECK = 1.0
 
 class Delivery:
     def __init__(self, boundary: Boundary, *, current: Current, queue: ShellQueue, supervisor: Supervisor,
-                 cell_log: CellLog, answers: Answers, replies: Replies, stdin: StdinRelay, frontend: Frontend,
+                 cell_log: CellLog, own: OwnAnswers, brackets: Brackets, stdin: StdinRelay, frontend: Frontend,
                  session: Session):
         """`session`: the frontend's, which builds the worker's copy of an execute."""
         self._boundary = boundary
@@ -51,8 +51,8 @@ class Delivery:
         self._queue = queue
         self._supervisor = supervisor
         self._cell_log = cell_log
-        self._answers = answers
-        self._replies = replies
+        self._own = own
+        self._brackets = brackets
         self._stdin = stdin
         self._frontend = frontend
         self._session = session
@@ -74,7 +74,7 @@ class Delivery:
             self._told_unrecorded = True
             self.notice = unrecorded_notice(unavailable) + (self.notice or "")
         if not req.silent:
-            self._answers.notices(req, self.notice)
+            self._own.notices(req, self.notice)
             self.notice = None
         self._supervisor.send_execute(self._as_worker_execute(req), msg_id=req.msg_id, code=req.worker_code,
                                       counts=req.counts, timeout=req.timeout,
@@ -123,7 +123,7 @@ class Delivery:
                 self.finished(req)
 
     def _forward_reply(self, req: Request, wire: Wire) -> None:
-        self._replies.replied(req)
+        self._brackets.replied(req)
         if not self._frontend.forward(req.channel, req.idents, wire.frames()):
             req.orphaned = True
 
@@ -140,8 +140,8 @@ class Delivery:
             error = timeout_error(req.count, supervisor.policy.timeout_for(req.timeout), killed=False)
             content = {"status": "error", **error.content(), "execution_count": count}
             req.reply_content, req.outcome = content, error.status
-            self._answers.output(req, "error", error.content())
-            self._hold(req, lambda: self._replies.reply(req, content))
+            self._own.output(req, "error", error.content())
+            self._hold(req, lambda: self._brackets.reply(req, content))
         else:
             req.reply_content = content
             self._hold(req, lambda: self._forward_reply(req, wire))
@@ -190,7 +190,7 @@ class Delivery:
 
     def _forward_idle(self, req: Request, wire: Wire) -> None:
         """The worker's idle for `req`, told first how many of its outputs were dropped, if any."""
-        self._replies.dropped_notice(req)
+        self._brackets.dropped_notice(req)
         self._frontend.publish(wire)
 
     def _idle(self, req: Request) -> None:
@@ -233,9 +233,9 @@ class Delivery:
         content = {"status": "error", **error.content()}
         if req.msg_type == "execute_request":
             content["execution_count"] = req.count if req.count is not None else self._supervisor.counts.last
-            self._answers.output(req, "error", error.content())
+            self._own.output(req, "error", error.content())
         req.reply_content, req.outcome = content, error.status
-        self._hold(req, lambda: self._replies.reply(req, content))
+        self._hold(req, lambda: self._brackets.reply(req, content))
         if req.record is not None and req is self._queue.inflight:
             self._commit(req)
         self.finished(req)
@@ -259,12 +259,12 @@ class Delivery:
         if req.record is not None:
             self._settle(req)
         else:
-            self._answers.release(req)
+            self._own.release(req)
 
     def close_bracket(self, req: Request) -> None:
         """A request whose worker ended (or went quiet) after replying: its reply stands, only its
         idle is missing."""
-        req.held.append(lambda: self._replies.idle(req))
+        req.held.append(lambda: self._brackets.idle(req))
         self.finished(req)
 
     def _hold(self, req: Request, send: Callable[[], object]) -> None:
@@ -293,6 +293,6 @@ class Delivery:
             return
         assert req.record is not None, "only a recorded cell is settled"
         if req.commit.covers(req.record.output_bytes):
-            self._answers.release(req)
+            self._own.release(req)
         else:
             self._commit(req)

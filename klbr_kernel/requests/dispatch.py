@@ -21,11 +21,11 @@ from ..frontend.kernel_info import kernel_info_content
 from ..magics.parse import MagicError, cell_timeout, line_magics
 from ..magics.status import MagicCells
 from .boundary import Boundary
-from .brackets import Replies
+from .brackets import Brackets
 from .current import Current
 from .lifecycle import Lifecycle
 from .outcomes import CellError, refusal_error
-from .own import Answers
+from .own import OwnAnswers
 from .queue import ShellQueue
 from .request import OWN, QUEUED, SUBSHELL, Phase, Request
 from .stdin import StdinRelay
@@ -33,8 +33,8 @@ from .stdin import StdinRelay
 
 class Dispatch:
     def __init__(self, boundary: Boundary, *, signed: bool, lifecycle: Lifecycle, queue: ShellQueue,
-                 current: Current, supervisor: Supervisor, answers: Answers, magic_cells: MagicCells,
-                 replies: Replies, stdin: StdinRelay, drops: Drops, comms: KlbrComms):
+                 current: Current, supervisor: Supervisor, own: OwnAnswers, magic_cells: MagicCells,
+                 brackets: Brackets, stdin: StdinRelay, drops: Drops, comms: KlbrComms):
         """`signed`: the frontend's messages are signed with a key (what an execute's digest is, see
         `door.digest`); `drops`: where what is not served is counted; `comms`: the klbr comm, the
         proxy's own."""
@@ -44,9 +44,9 @@ class Dispatch:
         self._queue = queue
         self._current = current
         self._supervisor = supervisor
-        self._answers = answers
+        self._own = own
         self._magic_cells = magic_cells
-        self._replies = replies
+        self._brackets = brackets
         self._stdin = stdin
         self._comms = comms
         self._drops = drops
@@ -75,7 +75,7 @@ class Dispatch:
         content = None
         if req.msg_type.endswith("_request"):
             content = {"status": "error", **CellError(refused.ename, refused.why).content()}
-        self._replies.refuse(req, content)
+        self._brackets.refuse(req, content)
 
     def _route(self, req: Request) -> None:
         msg_type = req.msg_type
@@ -86,18 +86,18 @@ class Dispatch:
                 self._drops.drop("stdin", "only input_reply belongs there", f"a {msg_type}")
         elif not self._lifecycle.serving:
             req.move(Phase.ANSWERED)
-            self._replies.own(req, {"status": "aborted"} if msg_type.endswith("_request") else None)
+            self._brackets.own(req, {"status": "aborted"} if msg_type.endswith("_request") else None)
             req.move(Phase.DONE)
         elif req.channel == "shell" and msg_type.startswith("comm_") and self._comms.claims(req):
             self._comms.handle(req)  # the klbr comm is the proxy's own, answered at once
         elif msg_type in OWN:
-            self._own(req)
+            self._kernel_own(req)
         elif msg_type in SUBSHELL:
             error = CellError("SubshellsNotSupported", "klbr does not offer kernel subshells")
             req.move(Phase.ANSWERED)
-            self._replies.own(req, {"status": "error", **error.content()})
+            self._brackets.own(req, {"status": "error", **error.content()})
             req.move(Phase.DONE)
-        elif msg_type == "execute_request" and self._replies.duplicate(req):
+        elif msg_type == "execute_request" and self._brackets.resends.duplicate(req):
             return
         elif req.channel == "shell" and msg_type in QUEUED:
             if msg_type == "execute_request":
@@ -125,13 +125,13 @@ class Dispatch:
         except MagicError as e:
             req.magic_error = str(e)
 
-    def _own(self, req: Request) -> None:
+    def _kernel_own(self, req: Request) -> None:
         if req.msg_type == "kernel_info_request":
             gen = self._current.generation
             content = kernel_info_content(gen.kernel_info if gen else None, gen.number if gen else None,
                                           self._supervisor.where.spec)
             req.move(Phase.ANSWERED)
-            self._replies.own(req, content)
+            self._brackets.own(req, content)
             req.move(Phase.DONE)
         elif req.msg_type == "interrupt_request":
             req.move(Phase.PROXY)
@@ -147,7 +147,7 @@ class Dispatch:
         if current.generation is None:
             refusal = self._supervisor.refusal(None)
             if refusal is not None:  # a crash loop: no generation comes until `%klbr restart`
-                self._answers.refuse_forwarded(req, refusal_error(refusal))
+                self._own.refuse_forwarded(req, refusal_error(refusal))
                 return
             current.held.append(req)
             self._supervisor.ensure_started()

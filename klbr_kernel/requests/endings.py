@@ -26,11 +26,11 @@ from klbr_supervisor.supervisor import Supervisor
 
 from ..frontend.sockets import Frontend
 from .boundary import Boundary
-from .brackets import Replies
+from .brackets import Brackets
 from .current import Current
 from .delivery import Delivery
 from .outcomes import CellError, ending_error, refusal_error, timeout_error
-from .own import Answers
+from .own import OwnAnswers
 from .queue import ShellQueue
 from .request import CONTROL_REPLIES, QUEUED, Phase, Request
 from .states import LinkState
@@ -38,17 +38,17 @@ from .states import LinkState
 
 class Endings:
     def __init__(self, boundary: Boundary, *, current: Current, queue: ShellQueue, supervisor: Supervisor,
-                 answers: Answers, delivery: Delivery, forward: Callable[[Request], None], replies: Replies,
+                 own: OwnAnswers, delivery: Delivery, forward: Callable[[Request], None], brackets: Brackets,
                  frontend: Frontend):
         """`forward(req)`: send on what waited for a generation (`Dispatch.forward`)."""
         self._boundary = boundary
         self._current = current
         self._queue = queue
         self._supervisor = supervisor
-        self._answers = answers
+        self._own = own
         self._delivery = delivery
         self._forward = forward
-        self._replies = replies
+        self._brackets = brackets
         self._frontend = frontend
 
     def ready(self, generation: Generation) -> None:
@@ -66,7 +66,7 @@ class Endings:
         inflight = self._queue.inflight
         if ending.reason is EndReason.SHUTDOWN:
             for req in waiting.values():
-                guard(req, self._answers.abort, req)
+                guard(req, self._own.abort, req)
             return
         for req in waiting.values():
             if req is not inflight:
@@ -87,7 +87,7 @@ class Endings:
         elif (refusal := self._supervisor.refusal(None)) is not None:  # a crash loop, a lost link
             held, current.held = current.held, []
             for req in held:  # comm and control traffic that waited for a generation
-                guard(req, self._answers.refuse_forwarded, req, refusal_error(refusal))
+                guard(req, self._own.refuse_forwarded, req, refusal_error(refusal))
             self._boundary.pump()  # everything queued is refused with its error
 
     def _close_forwarded(self, req: Request, ending: Ending, generation: Generation) -> None:
@@ -96,7 +96,7 @@ class Endings:
         content = None
         if req.channel == "control" and req.msg_type in CONTROL_REPLIES:
             content = {"status": "error", **self.error(ending, generation, req).content()}
-        self._replies.own(req, content)
+        self._brackets.own(req, content)
         req.move(Phase.DONE)
 
     def _close_worker_state(self, debugging: bool) -> None:
@@ -120,11 +120,11 @@ class Endings:
             req.move(Phase.QUEUED)  # idempotent: once more on the next generation
             self._queue.put_back(req)
         else:
-            self._answers.here(req, error=self.error(ending, generation, req))
+            self._own.here(req, error=self.error(ending, generation, req))
 
     def _answer_failed_start(self, req: Request, ending: Ending, generation: Generation) -> None:
         if req.channel == "shell" and req.msg_type in QUEUED:
-            self._answers.here(req, error=self.error(ending, generation, req))
+            self._own.here(req, error=self.error(ending, generation, req))
         else:
             self._close_forwarded(req, ending, generation)
 

@@ -14,9 +14,9 @@ from klbr_supervisor.supervisor import Supervisor
 
 from ..frontend.sockets import Frontend
 from .boundary import Boundary
-from .brackets import Replies
+from .brackets import Brackets
 from .current import Current
-from .own import Answers
+from .own import OwnAnswers
 from .queue import ShellQueue
 from .request import Phase, Request
 from .states import Machine, ProxyState
@@ -24,15 +24,15 @@ from .states import Machine, ProxyState
 
 class Lifecycle:
     def __init__(self, boundary: Boundary, *, life: Machine[ProxyState], supervisor: Supervisor,
-                 queue: ShellQueue, current: Current, answers: Answers, replies: Replies, frontend: Frontend):
+                 queue: ShellQueue, current: Current, own: OwnAnswers, brackets: Brackets, frontend: Frontend):
         """`life`: the proxy's state, which only this part moves."""
         self._boundary = boundary
         self._life = life
         self._supervisor = supervisor
         self._queue = queue
         self._current = current
-        self._answers = answers
-        self._replies = replies
+        self._own = own
+        self._brackets = brackets
         self._frontend = frontend
         self.stopped = asyncio.Event()  # set once the shutdown has answered everything
 
@@ -50,10 +50,10 @@ class Lifecycle:
         await self._supervisor.interrupt()
 
     async def interrupt_request(self, req: Request) -> None:
-        self._replies.busy(req)
+        self._brackets.busy(req)
         await self.interrupt()
         req.move(Phase.ANSWERED)
-        self._replies.own(req, {"status": "ok"})
+        self._brackets.own(req, {"status": "ok"})
         req.move(Phase.DONE)
 
     async def shutdown(self, req: Request | None) -> None:
@@ -62,18 +62,18 @@ class Lifecycle:
         self._life.move(ProxyState.STOPPING, f"shutdown_request {req.msg_id}" if req is not None else "SIGTERM")
         try:
             if req is not None:
-                self._replies.busy(req)
+                self._brackets.busy(req)
             await self._supervisor.shutdown()
         finally:
             try:
                 queue = self._queue
                 pending = ([queue.inflight] if queue.inflight else []) + queue.clear() + self._current.held
                 for r in pending:
-                    self._boundary.guard(r, self._answers.abort, r)  # one that fails costs itself, not the others
+                    self._boundary.guard(r, self._own.abort, r)  # one that fails costs itself, not the others
                 if req is not None:
                     content = {"status": "ok", "restart": bool(req.content.get("restart", False))}
                     req.move(Phase.ANSWERED)
-                    self._replies.own(req, content)
+                    self._brackets.own(req, content)
                     self._frontend.send_iopub("shutdown_reply", content, req.header)
                     req.move(Phase.DONE)
             finally:

@@ -21,7 +21,7 @@ from klbr_supervisor.supervisor import Supervisor
 from ..cell_log.recording import CellLog
 from ..frontend.sockets import Frontend
 from .boundary import Boundary
-from .brackets import Replies
+from .brackets import Brackets
 from .current import Current
 from .outcomes import CellError, refusal_error, session_paused_error
 from .queue import ShellQueue
@@ -31,9 +31,9 @@ from .states import Machine, ProxyState
 log = logging.getLogger(__name__)
 
 
-class Answers:
+class OwnAnswers:
     def __init__(self, boundary: Boundary, *, life: Machine[ProxyState], queue: ShellQueue, current: Current,
-                 frontend: Frontend, replies: Replies, cell_log: CellLog, supervisor: Supervisor, session: Session,
+                 frontend: Frontend, brackets: Brackets, cell_log: CellLog, supervisor: Supervisor, session: Session,
                  state_changed: Callable[[], None]):
         """`life`: the proxy's state (what waits is answered at once once it stops); `supervisor`:
         for execution counts and refusals; `state_changed`: called as each
@@ -43,7 +43,7 @@ class Answers:
         self._queue = queue
         self._current = current
         self._frontend = frontend
-        self._replies = replies
+        self._brackets = brackets
         self._cell_log = cell_log
         self._supervisor = supervisor
         self._session = session
@@ -53,7 +53,7 @@ class Answers:
     def begin(self, req: Request) -> None:
         """An execute the proxy answers starts as a worker's would: busy, its count and In[n], and
         the notices the next cell is to show. Once; calling it again changes nothing."""
-        self._replies.busy(req)
+        self._brackets.busy(req)
         if req.counts:
             announce = req.count is None  # the worker never said In[n] for it
             req.count = self._supervisor.counts.answered(req.code, req.count, req.msg_id)
@@ -89,7 +89,7 @@ class Answers:
         req.outcome = error.status if error is not None else "ok"
         if req.msg_type != "execute_request":
             content = {"status": "error", **error.content()} if error else {"status": "ok"}
-            self._replies.own(req, content)
+            self._brackets.own(req, content)
             req.reply_content = content
             self.release(req)
             return
@@ -104,7 +104,7 @@ class Answers:
         else:
             content = {"status": "ok", "execution_count": count, "user_expressions": {}, "payload": []}
         req.reply_content = content
-        req.held += [lambda: self._replies.reply(req, content), lambda: self._replies.idle(req)]
+        req.held += [lambda: self._brackets.reply(req, content), lambda: self._brackets.idle(req)]
         if self._record(req, content, req.own_outputs):
             self.release(req)
 
@@ -135,7 +135,7 @@ class Answers:
         req.move(Phase.ANSWERED)
         req.outcome = "aborted"
         content = {"status": "aborted"}
-        req.held.append(lambda: self._replies.own(req, content if req.msg_type in QUEUED else None))
+        req.held.append(lambda: self._brackets.own(req, content if req.msg_type in QUEUED else None))
         # At shutdown the answer goes out now (semantics 13); the row still lands, or the store's
         # close reports it.
         if self._record(req, content) or self._life.state is not ProxyState.SERVING:
@@ -147,7 +147,7 @@ class Answers:
         self.forget(req)
         req.move(Phase.ANSWERED)
         content = {"status": "error", **error.content()} if req.expects_reply else None
-        self._replies.own(req, content)
+        self._brackets.own(req, content)
         req.move(Phase.DONE)
 
     def output(self, req: Request, msg_type: str, content: dict[str, Any]) -> None:
@@ -177,7 +177,7 @@ class Answers:
             log.warning("history from the cell log failed: %s", e)
             content = {"status": "error", "ename": type(e).__name__, "evalue": str(e), "traceback": [], "history": []}
         req.move(Phase.ANSWERED)
-        self._replies.own(req, content)
+        self._brackets.own(req, content)
         self.release(req)
 
     # -- the end of every answered request ---------------------------------------------------------
