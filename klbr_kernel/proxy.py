@@ -41,7 +41,7 @@ from .cell_log.recording import CellLog
 from .cell_log.replay import Replay
 from .frontend.sockets import Frontend
 from .frontend.standin import MAX_MESSAGE_SIZE
-from .magics.status import MagicCells
+from .magics.cells import MagicCells
 from .requests.brackets import Brackets
 from .requests.current import Current
 from .requests.delivery import Delivery

@@ -15,7 +15,7 @@ PLANTED = """
 import klbr_kernel.requests.own as own
 import klbr_kernel.requests.delivery as delivery
 import klbr_kernel.requests.dispatch as dispatch
-import klbr_kernel.magics.status as status
+import klbr_kernel.magics.cells as cells
 import klbr_supervisor.supervisor as supervisor
 
 
@@ -24,7 +24,7 @@ def planted(where):
 
 
 own.OwnAnswers.history = lambda self, req: planted("the history answer")
-status.magic_output = lambda *args: planted("a %klbr command")
+cells.magic_output = lambda *args: planted("a %klbr command")
 
 _route = dispatch.Dispatch._route
 def route(self, req):

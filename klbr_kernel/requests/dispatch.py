@@ -18,8 +18,8 @@ from ..cell_log.comm import KlbrComms
 from ..frontend import door
 from ..frontend.drops import Drops
 from ..frontend.kernel_info import kernel_info_content
+from ..magics.cells import MagicCells
 from ..magics.parse import MagicError, cell_timeout, line_magics
-from ..magics.status import MagicCells
 from .boundary import Boundary
 from .brackets import Brackets
 from .current import Current

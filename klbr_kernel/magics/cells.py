@@ -1,0 +1,118 @@
+"""A cell of `%klbr` lines carried out (`MagicCells`), and what each command does and prints.
+
+A cell made only of `%klbr` lines is the proxy's (see `parse`): the proxy starts it from the queue,
+or at once for a replay, and `MagicCells.run` answers it.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from klbr_supervisor.generation import Generation
+from klbr_supervisor.supervisor import Supervisor
+
+from ..cell_log.recording import CellLog
+from ..cell_log.replay import Replay
+from ..frontend.sockets import Frontend
+from ..requests.outcomes import CellError
+from ..requests.own import OwnAnswers
+from ..requests.request import Phase, Request
+from .parse import Magic, MagicError, replay_spec
+from .status import status_text
+
+
+def _worker(identity: dict[str, Any], language: str | None) -> str:
+    """A generation's worker in a few words, for the move messages: language and version, its
+    interpreter, its pid (a remote one's own)."""
+    what = " ".join(str(part) for part in (language or "kernel", identity.get("version")) if part)
+    where = f" at {identity['interpreter']}" if identity.get("interpreter") else ""
+    pid = identity.get("pid")
+    return f"{what}{where}, pid {pid if pid is not None else 'unknown'}"
+
+
+def history_text(supervisor: Supervisor, cell_log: CellLog, n: int) -> str:
+    """`%klbr history [N]`: the notebook's last cells, with the ids `%klbr replay` takes."""
+    if not cell_log.recording:
+        return "The cell log is not available in this session.\n"
+    lines = []
+    for row in cell_log.recent_cells(n, supervisor.notebook):
+        first, *rest = row["code"].splitlines() or [""]
+        outputs = f"{row['outputs']} output{'s' if row['outputs'] != 1 else ''}"
+        lines.append(f"[{row['session_id']}:{row['execution_count']}]  cell {row['id']}  {row['status']}  {outputs}  "
+                     f"{first}" + (f"   (+{len(rest)} lines)" if rest else ""))
+    return "\n".join(lines) + "\n" if lines else "No cells recorded yet.\n"
+
+
+def _moved(what: str, old: Generation | None, new: Generation | None, supervisor: Supervisor) -> str:
+    """What `%klbr placement SPEC` and `%klbr reconnect` print: from where to where, and how it went."""
+    before = f"generation {old.number} ended" if old else "no generation was running"
+    if new is None or new.ending is not None:
+        how = f": {new.ending.how}" if new is not None and new.ending is not None else ""
+        tail = f"\n{new.ending.stderr_tail}" if new is not None and new.ending and new.ending.stderr_tail else ""
+        msg = f"{before}; the new generation on {supervisor.where} did not start{how}{tail}"
+        raise MagicError(msg)
+    language = new.kernel_info.get("language_info", {}).get("name")
+    return (f"{what}: {before}; generation {new.number} runs on {supervisor.where} "
+            f"({_worker(new.identity(), language)}) with a fresh namespace.\n")
+
+
+async def magic_output(magic: Magic, supervisor: Supervisor, cell_log: CellLog,
+                       frontend: Frontend | None = None) -> str:
+    """Carry out one `%klbr` command; its printed answer."""
+    if magic.command == "status":
+        return status_text(supervisor, cell_log, frontend)
+    if magic.command == "restart":
+        old = supervisor.current
+        await supervisor.restart()
+        new = supervisor.current
+        before = f"generation {old.number} ended" if old else "no generation was running"
+        after = f"generation {new.number} (pid {new.pid}) takes over" if new and new.pid else "a new generation is starting"
+        return f"Restarted: {before}; {after} with a fresh namespace.\n"
+    if magic.command == "timeout":
+        seconds = float(magic.args[0])
+        supervisor.set_session_timeout(seconds)
+        return f"Cells now time out after {seconds:g} s.\n" if seconds else "Cells have no time limit now.\n"
+    if magic.command == "history":
+        return history_text(supervisor, cell_log, int(magic.args[0]) if magic.args else 10)
+    if magic.command == "placement":
+        if not magic.args:
+            return f"placement: {supervisor.where}\n"
+        old = supervisor.current
+        new = await supervisor.relocate(magic.args[0])  # a PlacementError is a ValueError: UsageError
+        return _moved("Moved", old, new, supervisor)
+    if magic.command == "reconnect":
+        old = supervisor.current
+        return _moved("Reconnected", old, await supervisor.reconnect(), supervisor)
+    msg = f"unknown %klbr command {magic.command!r}"
+    raise MagicError(msg)
+
+
+class MagicCells:
+    def __init__(self, own: OwnAnswers, replay: Replay, supervisor: Supervisor, cell_log: CellLog,
+                 frontend: Frontend):
+        self._own = own
+        self._replay = replay
+        self._supervisor = supervisor
+        self._cell_log = cell_log
+        self._frontend = frontend
+
+    async def run(self, req: Request) -> None:
+        """A cell of `%klbr` lines (phase PROXY), carried out by the supervisor (`magic_output`) or
+        the `replay`; what each line prints is shown as it is done, then the cell is answered."""
+        error = None
+        self._own.begin(req)
+        if req.magic_error:
+            error = CellError("UsageError", req.magic_error)
+        else:
+            try:
+                for magic in req.magics or ():
+                    if magic.command == "replay":
+                        await self._replay.run(req, replay_spec(magic.args))
+                        continue
+                    text = await magic_output(magic, self._supervisor, self._cell_log, self._frontend)
+                    if text and not req.silent:
+                        self._own.output(req, "stream", {"name": "stdout", "text": text})
+            except ValueError as e:  # MagicError, and a bad argument
+                error = CellError("UsageError", str(e))
+        if req.phase is Phase.PROXY:  # not answered meanwhile (a shutdown)
+            self._own.here(req, error=error)
