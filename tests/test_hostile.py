@@ -642,7 +642,7 @@ def test_a_frame_over_the_cap_disconnects_its_sender_and_costs_the_kernel_no_mem
 
 
 def test_a_cap_in_a_config_file_is_not_applied_and_says_so(tmp_path):
-    """The sockets are bound before config files are read (see `early.max_message_size`): a
+    """The sockets are bound before config files are read (see `standin.max_message_size`): a
     config file's cap is told in the log, and the one bound with stays."""
     (tmp_path / "jupyter_klbr_config.py").write_text(f"c.KlbrKernelApp.max_message_size = {8 * MiB}\n")
     log = tmp_path / "kernel.log"
@@ -653,7 +653,7 @@ def test_a_cap_in_a_config_file_is_not_applied_and_says_so(tmp_path):
 
 
 def test_a_cap_the_early_front_read_otherwise_than_traitlets_is_reported(tmp_path):
-    """The early front reads the cap from the command line before traitlets is imported; the app
+    """The stand-in (the early front, as the log says) reads the cap from the command line before traitlets is imported; the app
     checks that reading against traitlets' own. After `--` traitlets reads nothing more (those are
     extra arguments), so a second cap there is where the two readings part: the log says so, with both."""
     log = tmp_path / "kernel.log"

@@ -1,4 +1,4 @@
-"""The wire protocol's frames as `klbr_supervisor.protocol` cuts and signs them, against jupyter_client."""
+"""The wire protocol's frames as `klbr_supervisor.messages.protocol` cuts and signs them, against jupyter_client."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ from klbr_supervisor.messages.protocol import DELIM, BadSignature, MalformedMess
 @pytest.mark.parametrize("scheme", ["hmac-sha256", "hmac-sha512"])
 @pytest.mark.parametrize("size", [0, 100, 65_535, 65_536, 3 * 2**20])
 def test_signer_signs_as_the_session_signs(scheme, size):
-    """The early front signs as the `Session` does, the parts as bytes or as views of received buffers."""
+    """The stand-in signs as the `Session` does, the parts as bytes or as views of received buffers."""
     session = Session(key=b"a key", signature_scheme=scheme)
     parts = [b'{"msg_id": "1"}', b"{}", b"{}", b"x" * size]
     sign = Signer(session.key, scheme).sign

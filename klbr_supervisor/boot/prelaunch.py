@@ -144,7 +144,7 @@ class Early:
     def __init__(self, process: subprocess.Popen[bytes], runtime_dir: str, session_id: str):
         self.process = process
         self.runtime_dir = runtime_dir
-        self.session_id = session_id  # the proxy's from now on (see `klbr_kernel.early`)
+        self.session_id = session_id  # the proxy's from now on (see `klbr_kernel.frontend.standin`)
         self._held = True  # not yet taken or discarded
 
     def matches(self, settings: Configured, session_id: str) -> bool:
@@ -339,7 +339,7 @@ def start(argv: list[str], client: dict[str, str] | None = None) -> Early | None
         runtime = _private_dir()
     except OSError:
         return None  # no usable temp dir here: the supervisor starts the worker itself (tempfile looks further)
-    # The proxy's session id from now on (see `early`), so its worker's headers need no rewrite.
+    # The proxy's session id from now on (see `klbr_kernel.frontend.standin`), so its worker's headers need no rewrite.
     session_id = new_id()
     args = [f"--Session.session={session_id}", *history_args(options), *options]  # after -f FILE
     if spec:

@@ -19,7 +19,7 @@ NOTICE = "klbr worker: "
 
 # ipykernel, with an iopub that never drops: its queue toward a subscriber holds 1000 messages and
 # then loses what comes next, the cell's idle included. Its only subscriber is the proxy, which reads
-# everything (and bounds what it keeps for slow frontends, see `klbr_kernel.outbox`), so when the
+# everything (and bounds what it keeps for slow frontends, see `klbr_kernel.frontend.outbox`), so when the
 # proxy is starved of CPU while a cell floods, the worker keeps what it published instead. Code for
 # `python -c`, so that it runs on interpreters without klbr too (`python:` placements).
 #

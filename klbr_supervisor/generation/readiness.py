@@ -1,7 +1,7 @@
 """When a starting worker serves, and the requests a generation sends its worker on its own.
 
 Ready is: kernel_info answered, iopub subscribed (proved by a message on it: ipykernel's
-`iopub_welcome`, or the status of a request), and stdin connected (see `connection`: only then can
+`iopub_welcome`, or the status of a request), and stdin connected (see `channels`: only then can
 an `input_request` reach the proxy). The generation's own requests (these kernel_info probes, the
 execution-count sync) are answered to nobody but the generation: their replies and iopub are its
 bookkeeping, never the frontend's.

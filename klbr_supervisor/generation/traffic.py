@@ -41,7 +41,7 @@ class Traffic:
         return self._resigner.to_worker(frames) if self._resigner is not None else frames
 
     def received(self, channel: str, frames: Frames) -> None:
-        """Frames from the worker on `channel` (its `connection` calls this, on the loop)."""
+        """Frames from the worker on `channel` (its `channels` call this, on the loop)."""
         gen = self._generation
         try:
             if self._resigner is not None:

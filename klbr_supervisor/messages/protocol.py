@@ -1,13 +1,13 @@
 """The Jupyter wire protocol's frames: cut at the delimiter, and the signature checked, in one place.
 
-Every side that receives frames uses `split` and `verify`: the frontend's sockets (`klbr_kernel.frontend`,
-and before it the early front, which must judge a message as the `Frontend` will once it takes over),
-a worker's messages (`wire.Wire.parse`) and a re-signed worker's (`resign`). The signatures are
-jupyter_client's `Session.sign` wherever jupyter_client is imported; `Signer` makes the same ones
-for the early front, which answers before it is.
+Every side that receives frames uses `split` and `verify`: the frontend's sockets
+(`klbr_kernel.frontend.sockets`, and before them the stand-in, which must judge a message as the
+`Frontend` will once it takes over), a worker's messages (`wire.Wire.parse`) and a re-signed
+worker's (`generation.resign`). The signatures are jupyter_client's `Session.sign` wherever
+jupyter_client is imported; `Signer` makes the same ones for the stand-in, which answers before it is.
 
-Standard library only: `klbr_kernel.early` imports it before anything heavy (jupyter_client alone
-costs 120-300 ms there; docs/ARCHITECTURE.md, "Early front").
+Standard library only: `klbr_kernel.frontend.standin` imports it before anything heavy
+(jupyter_client alone costs 120-300 ms there; docs/ARCHITECTURE.md, "Early front").
 """
 
 from __future__ import annotations
@@ -83,7 +83,7 @@ def verify(body: Frames, sign: Sign | None, *, views: bool = False) -> list[Any]
 
 
 class Signer:
-    """`Session.sign` with the standard library only, for the early front: the HMAC of the
+    """`Session.sign` with the standard library only, for the stand-in: the HMAC of the
     connection file's key and scheme over a message's four signed parts."""
 
     def __init__(self, key: bytes, signature_scheme: str = "hmac-sha256"):

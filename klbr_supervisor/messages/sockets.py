@@ -4,7 +4,7 @@ Sockets here are plain (non-asyncio) pyzmq sockets whose edge-triggered FD is wa
 ``loop.add_reader``. Every message is handed to a synchronous callback on the loop thread, so the
 forwarding path has no per-message futures or tasks. Sends never block: internal sockets have no
 high-water mark; toward a frontend, `offer` says when a queue is full, and the caller keeps the
-message (see `klbr_kernel.outbox`).
+message (see `klbr_kernel.frontend.outbox`).
 
 A callback is the error boundary of what it receives (the proxy answers a request whose handling
 raised): a `LoopSocket` catches nothing. An exception that still escapes a callback reaches asyncio's

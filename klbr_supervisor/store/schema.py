@@ -111,7 +111,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
         # ~3-5k instructions more than the other order (the client session, the same for a
         # client's every row, is compared before the msg_id; with 20,000 rows before it, both
         # orders' pages were in the loop connection's cache alike), against ~60k for the read per
-        # execute that it lets `Replies` skip.
+        # execute that it lets `Resends` skip.
         """DROP INDEX cells_msg""",
         """CREATE INDEX cells_client ON cells (client_session, msg_id)""",
     ),
