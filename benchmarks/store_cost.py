@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from klbr_kernel.cell_log.recording import CellLog
-from klbr_kernel.requests.brackets import Brackets
+from klbr_kernel.proxy.brackets import Brackets
 from klbr_supervisor.store import Store
 
 

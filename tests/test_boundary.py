@@ -12,10 +12,10 @@ import time
 from utils import collect, execute, start_kernel
 
 PLANTED = """
-import klbr_kernel.requests.own as own
-import klbr_kernel.requests.delivery as delivery
-import klbr_kernel.requests.dispatch as dispatch
-import klbr_kernel.magics.cells as cells
+import klbr_kernel.proxy.own as own
+import klbr_kernel.proxy.delivery as delivery
+import klbr_kernel.proxy.dispatch as dispatch
+import klbr_kernel.magics.commands as cells
 import klbr_supervisor.supervisor as supervisor
 
 
@@ -101,7 +101,7 @@ def test_a_failing_interrupt_is_answered_and_the_kernel_keeps_serving(tmp_path):
 
 
 PLANTED_OUTPUT = """
-import klbr_kernel.requests.delivery as delivery
+import klbr_kernel.proxy.delivery as delivery
 
 
 def planted(where):

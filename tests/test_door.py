@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from klbr_kernel.requests.delivery import GRACE_CHECK, NO_REPLY_GRACE
+from klbr_kernel.proxy.delivery import GRACE_CHECK, NO_REPLY_GRACE
 from utils import collect, drain, execute, misbehaving, raw_socket, receive, results, send_raw, start_kernel, status_row
 
 OLDEST = Path(__file__).parent.parent / ".venv-ipykernel" / "bin" / "python"  # `python:`'s interpreter

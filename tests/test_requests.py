@@ -30,7 +30,7 @@ def _req(msg_type: str = "execute_request") -> Request:
 # A bug planted for one cell (the way tests/test_boundary.py plants them): its output makes the
 # relay raise, and the error boundary answers it while its worker still runs it.
 PLANTED = """
-import klbr_kernel.requests.delivery as delivery
+import klbr_kernel.proxy.delivery as delivery
 _iopub = delivery.Delivery._iopub
 def iopub(self, wire, req):
     if wire.msg_type == "stream" and "plant-boundary" in str(wire.content.get("text")):

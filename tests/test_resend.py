@@ -14,8 +14,8 @@ from jupyter_client.session import Session
 
 from klbr_kernel.cell_log.recording import CellLog
 from klbr_kernel.frontend import door
-from klbr_kernel.requests import resends
-from klbr_kernel.requests.brackets import Brackets
+from klbr_kernel.proxy import resends
+from klbr_kernel.proxy.brackets import Brackets
 from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.store import Store, queries
 from klbr_supervisor.store.recovery import recover_orphans

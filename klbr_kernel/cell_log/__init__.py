@@ -1,2 +1,2 @@
-"""The cell log's kernel side: recording each cell, `%klbr replay`, and the `klbr` comm that
-restores a page's outputs (the store itself is `klbr_supervisor.store`)."""
+"""The cell log's kernel side: each cell recorded (`recording`, the proxy's only door to the store)
+and its outputs published again (`replay`); the store itself is `klbr_supervisor.store`."""

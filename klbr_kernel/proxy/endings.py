@@ -25,15 +25,15 @@ from klbr_supervisor.states import Ending, EndReason
 from klbr_supervisor.supervisor import Supervisor
 
 from ..frontend.sockets import Frontend
+from ..requests.current import Current
+from ..requests.outcomes import CellError, ending_error, refusal_error, timeout_error
+from ..requests.queue import ShellQueue
+from ..requests.request import CONTROL_REPLIES, QUEUED, Phase, Request
+from ..requests.states import LinkState
 from .boundary import Boundary
 from .brackets import Brackets
-from .current import Current
 from .delivery import Delivery
-from .outcomes import CellError, ending_error, refusal_error, timeout_error
 from .own import OwnAnswers
-from .queue import ShellQueue
-from .request import CONTROL_REPLIES, QUEUED, Phase, Request
-from .states import LinkState
 
 
 class Endings:

@@ -13,13 +13,13 @@ import asyncio
 from klbr_supervisor.supervisor import Supervisor
 
 from ..frontend.sockets import Frontend
+from ..requests.current import Current
+from ..requests.queue import ShellQueue
+from ..requests.request import Phase, Request
+from ..requests.states import Machine, ProxyState
 from .boundary import Boundary
 from .brackets import Brackets
-from .current import Current
 from .own import OwnAnswers
-from .queue import ShellQueue
-from .request import Phase, Request
-from .states import Machine, ProxyState
 
 
 class Lifecycle:

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..cell_log.recording import CellLog
-from .request import Request
+from ..requests.request import Request
 
 log = logging.getLogger(__name__)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable, Coroutine
 from typing import Any, Protocol
 
-from .request import Request
+from ..requests.request import Request
 
 
 class Boundary(Protocol):

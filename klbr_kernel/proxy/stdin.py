@@ -25,7 +25,7 @@ from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.supervisor import Supervisor
 
 from ..frontend.sockets import Frontend
-from .request import Request
+from ..requests.request import Request
 
 log = logging.getLogger(__name__)
 

@@ -14,11 +14,11 @@ from dataclasses import dataclass, field
 from functools import partial
 from typing import Any
 
+from ..cell_log.recording import frontend_cell_id
+from ..cell_log.replay import Follower
 from ..requests.outcomes import cell_status
 from ..requests.queue import ShellQueue
 from ..requests.request import Phase, Request
-from .recording import frontend_cell_id
-from .replay import Follower
 from .restore import Json
 
 

@@ -10,7 +10,7 @@ from jupyter_client.session import Session
 
 from ..cell_log.recording import CellLog
 from ..frontend.sockets import Frontend
-from .request import Request
+from ..requests.request import Request
 from .resends import Resends
 
 

@@ -19,13 +19,14 @@ from jupyter_client.session import Session
 from klbr_supervisor.supervisor import Supervisor
 
 from .._version import __version__
+from ..cell_log.recording import CellLog, frontend_cell_id
 from ..frontend.sockets import Frontend
 from ..magics.status import status_rows
-from ..requests.brackets import Brackets
+from ..proxy.brackets import Brackets
 from ..requests.queue import ShellQueue
 from ..requests.request import Phase, Request
-from .comm_follow import Followed, Following, OpenComm
-from .comm_requests import (
+from .follow import Followed, Following, OpenComm
+from .ops import (
     MAX_COMM_ID,
     MAX_COMMS,
     PROTOCOL,
@@ -39,7 +40,6 @@ from .comm_requests import (
     unfollow_target,
     unsupported,
 )
-from .recording import CellLog, frontend_cell_id
 from .restore import UNMATCHED_LISTED, Chunks, Json, entry, unmatched
 
 log = logging.getLogger(__name__)

@@ -35,25 +35,25 @@ from klbr_supervisor.store import StoreError
 from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.tasks import Tasks
 
-from . import client_package
-from .cell_log.comm import KlbrComms
-from .cell_log.recording import CellLog
-from .cell_log.replay import Replay
-from .frontend.sockets import Frontend
-from .frontend.standin import MAX_MESSAGE_SIZE
-from .magics.cells import MagicCells
-from .requests.brackets import Brackets
-from .requests.current import Current
-from .requests.delivery import Delivery
-from .requests.dispatch import Dispatch
-from .requests.endings import Endings
-from .requests.lifecycle import Lifecycle
-from .requests.outcomes import internal_error, session_paused_error
-from .requests.own import OwnAnswers
-from .requests.queue import ShellQueue
-from .requests.request import Phase, Request
-from .requests.states import PROXY_TRANSITIONS, Machine, ProxyState
-from .requests.stdin import StdinRelay
+from .. import client_package
+from ..cell_log.recording import CellLog
+from ..cell_log.replay import Replay
+from ..comm.comms import KlbrComms
+from ..frontend.sockets import Frontend
+from ..frontend.standin import MAX_MESSAGE_SIZE
+from ..magics.commands import MagicCells
+from ..requests.current import Current
+from ..requests.outcomes import internal_error, session_paused_error
+from ..requests.queue import ShellQueue
+from ..requests.request import Phase, Request
+from ..requests.states import PROXY_TRANSITIONS, Machine, ProxyState
+from .brackets import Brackets
+from .delivery import Delivery
+from .dispatch import Dispatch
+from .endings import Endings
+from .lifecycle import Lifecycle
+from .own import OwnAnswers
+from .stdin import StdinRelay
 
 if TYPE_CHECKING:
     from klbr_supervisor.boot.prelaunch import Early

@@ -21,13 +21,13 @@ from klbr_supervisor.supervisor import Supervisor
 
 from ..cell_log.recording import OUTPUT_TYPES, CellLog
 from ..frontend.sockets import Frontend
+from ..requests.current import Current
+from ..requests.outcomes import no_reply_error, obeyed_interrupt, timeout_error, unrecorded_notice
+from ..requests.queue import ShellQueue
+from ..requests.request import Phase, Request
 from .boundary import Boundary
 from .brackets import Brackets
-from .current import Current
-from .outcomes import no_reply_error, obeyed_interrupt, timeout_error, unrecorded_notice
 from .own import OwnAnswers
-from .queue import ShellQueue
-from .request import Phase, Request
 from .stdin import StdinRelay
 
 log = logging.getLogger(__name__)

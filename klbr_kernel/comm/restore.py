@@ -14,7 +14,7 @@ import sqlite3
 from collections.abc import Iterator
 from typing import Any
 
-from .replay import stream_chunks
+from ..cell_log.replay import stream_chunks
 
 DEFAULT_CHUNK_BYTES = 2**20
 MIN_CHUNK_BYTES = 2**16

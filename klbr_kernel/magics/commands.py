@@ -14,8 +14,8 @@ from klbr_supervisor.supervisor import Supervisor
 from ..cell_log.recording import CellLog
 from ..cell_log.replay import Replay
 from ..frontend.sockets import Frontend
+from ..proxy.own import OwnAnswers
 from ..requests.outcomes import CellError
-from ..requests.own import OwnAnswers
 from ..requests.request import Phase, Request
 from .parse import Magic, MagicError, replay_spec
 from .status import status_text

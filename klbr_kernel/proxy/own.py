@@ -20,13 +20,13 @@ from klbr_supervisor.supervisor import Supervisor
 
 from ..cell_log.recording import CellLog
 from ..frontend.sockets import Frontend
+from ..requests.current import Current
+from ..requests.outcomes import CellError, refusal_error, session_paused_error
+from ..requests.queue import ShellQueue
+from ..requests.request import QUEUED, Phase, Request
+from ..requests.states import Machine, ProxyState
 from .boundary import Boundary
 from .brackets import Brackets
-from .current import Current
-from .outcomes import CellError, refusal_error, session_paused_error
-from .queue import ShellQueue
-from .request import QUEUED, Phase, Request
-from .states import Machine, ProxyState
 
 log = logging.getLogger(__name__)
 

@@ -14,20 +14,20 @@ from typing import Any
 from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.supervisor import Supervisor
 
-from ..cell_log.comm import KlbrComms
+from ..comm.comms import KlbrComms
 from ..frontend import door
 from ..frontend.drops import Drops
 from ..frontend.kernel_info import kernel_info_content
-from ..magics.cells import MagicCells
+from ..magics.commands import MagicCells
 from ..magics.parse import MagicError, cell_timeout, line_magics
+from ..requests.current import Current
+from ..requests.outcomes import CellError, refusal_error
+from ..requests.queue import ShellQueue
+from ..requests.request import OWN, QUEUED, SUBSHELL, Phase, Request
 from .boundary import Boundary
 from .brackets import Brackets
-from .current import Current
 from .lifecycle import Lifecycle
-from .outcomes import CellError, refusal_error
 from .own import OwnAnswers
-from .queue import ShellQueue
-from .request import OWN, QUEUED, SUBSHELL, Phase, Request
 from .stdin import StdinRelay
 
 
