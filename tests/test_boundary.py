@@ -15,7 +15,7 @@ PLANTED = """
 import klbr_kernel.proxy.own as own
 import klbr_kernel.proxy.delivery as delivery
 import klbr_kernel.proxy.dispatch as dispatch
-import klbr_kernel.magics.commands as cells
+import klbr_kernel.proxy.magic_cells as cells
 import klbr_supervisor.supervisor as supervisor
 
 

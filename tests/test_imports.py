@@ -10,6 +10,7 @@ may re-export its own modules.
 from __future__ import annotations
 
 import ast
+import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -181,3 +182,77 @@ def test_klbr_supervisor_never_looks_klbr_kernel_up_by_name():
     named = sorted(f"{name}: {text}" for name, path in project_modules().items() if name.startswith("klbr_supervisor")
                    for text in _named_modules(path))
     assert not named, named
+
+
+# The kernel's packages in layers, lowest first: each imports only the ones before it (and
+# klbr_supervisor), so a newcomer can read them in this order. TYPE_CHECKING imports do not count.
+KERNEL_LAYERS = ("klbr_kernel.requests", "klbr_kernel.frontend", "klbr_kernel.cell_log", "klbr_kernel.magics",
+                 "klbr_kernel.comm", "klbr_kernel.proxy")
+# The supervisor's: its leaf packages below the generation, the generation below the supervisor.
+SUPERVISOR_LAYERS = ("klbr_supervisor.boot", "klbr_supervisor.messages", "klbr_supervisor.store",
+                     "klbr_supervisor.targets", "klbr_supervisor.host", "klbr_supervisor.generation")
+
+
+def _layer(name: str, layers: tuple[str, ...]) -> int | None:
+    return next((i for i, layer in enumerate(layers) if name == layer or name.startswith(layer + ".")), None)
+
+
+def test_the_packages_import_only_the_layers_below_them():
+    graph = import_graph()
+    upward = []
+    for layers in (KERNEL_LAYERS, SUPERVISOR_LAYERS):
+        for name, targets in graph.items():
+            here = _layer(name, layers)
+            for target in targets:
+                there = _layer(target, layers)
+                if here is not None and there is not None and there > here:
+                    upward.append(f"{name} -> {target}")
+    assert not upward, upward
+
+
+def test_every_package_is_in_a_layer_or_stands_apart():
+    """A new subpackage is given its place in a layer list above (or is one of those that stand
+    apart: the kernel's process, the CLI, the host client, which no layer imports)."""
+    apart = {"klbr_kernel.cli", "klbr_kernel.host"}
+    packages = {name for name, path in project_modules().items() if path.name == "__init__.py" and name.count(".") == 1}
+    placed = set(KERNEL_LAYERS) | set(SUPERVISOR_LAYERS) | apart
+    assert packages <= placed, sorted(packages - placed)
+
+
+def test_the_host_client_is_no_module_of_the_kernel_process():
+    """`klbr_kernel.host` runs in workers: importing it changes how its process starts threads, so
+    nothing of the kernel imports it (the kernel hands its files over as text, `client_package`),
+    and it imports nothing of klbr but itself."""
+    graph = import_graph()
+    into = sorted(f"{name} -> {target}" for name, targets in graph.items() if not name.startswith("klbr_kernel.host")
+                  for target in targets if target.startswith("klbr_kernel.host"))
+    out = sorted(f"{name} -> {target}" for name, targets in graph.items() if name.startswith("klbr_kernel.host")
+                 for target in targets if not target.startswith("klbr_kernel.host"))
+    assert not into and not out, into + out
+
+
+def _third_party(path: Path) -> set[str]:
+    """The top-level names `path` imports that are neither the standard library nor klbr's."""
+    names = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            names.update(alias.name.split(".")[0] for alias in node.names)
+        elif isinstance(node, ast.ImportFrom) and not node.level and node.module:
+            names.add(node.module.split(".")[0])
+    return names - set(sys.stdlib_module_names) - set(PACKAGES) - {"__future__"}
+
+
+def test_what_runs_before_the_kernels_imports_is_light():
+    """The stand-in answers kernel_info before jupyter_client, traitlets or asyncio are imported, and
+    the host client runs in any worker: both, and every module of ours they import, need the
+    standard library and pyzmq only."""
+    graph, known = import_graph(), project_modules()
+    for start in ("klbr_kernel.frontend.standin", "klbr_kernel.host", "klbr_kernel.client_package"):
+        seen, todo = set(), [start]
+        while todo:
+            name = todo.pop()
+            if name not in seen:
+                seen.add(name)
+                todo += graph[name]
+        heavy = {name: sorted(_third_party(known[name]) - {"zmq"}) for name in sorted(seen)}
+        assert not any(heavy.values()), {start: {k: v for k, v in heavy.items() if v}}

@@ -1,15 +1,12 @@
-"""`%klbr replay [CELL] [--follow]`: a cell's recorded outputs, published again as the current cell's.
+"""A cell's recorded outputs as the iopub messages that show them again, and the relay of a running
+cell's outputs to whoever follows it (`Follower`: `%klbr replay --follow`, the klbr comm).
 
 The outputs come from the cell log as a notebook showed them at the end (clears and display updates
 applied), so they render as they first did: streams (adjacent writes joined, then cut into messages of
 at most `CHUNK` bytes so that a page takes 10 MiB without freezing), displays (a widget's view, whose
 model is gone with its worker, leaves its static fallback), an execute_result as a display under an
 `Out[n]:` line, errors. A header line says which cell it was and how it ended. They are not recorded
-again: the replay cell's row holds its header, the outputs stay with the cell that made them.
-
-A cell still running in this kernel replays what it has so far; with `--follow` the replay then relays
-its new outputs as they come and ends when it does. Replays only read the log, so `Dispatch` answers
-them at once, also while another cell runs (that is when a reconnected notebook needs one).
+again: the replaying cell's row holds its header, the outputs stay with the cell that made them.
 """
 
 from __future__ import annotations
@@ -19,11 +16,7 @@ import sqlite3
 from collections.abc import Callable
 from typing import Any
 
-from ..frontend.sockets import Frontend
-from ..magics.parse import MagicError, ReplaySpec
-from ..requests.queue import ShellQueue
 from ..requests.request import Request
-from .recording import CellLog
 
 Show = Callable[[Request, str, dict[str, Any]], None]
 
@@ -112,62 +105,3 @@ class Follower:
     def end(self) -> None:
         if not self.ended.done():
             self.ended.set_result(None)
-
-
-class Replay:
-    def __init__(self, frontend: Frontend, cell_log: CellLog, queue: ShellQueue, notebook: str | None, show: Show):
-        """`queue`: where the cell still running is; `notebook`: whose cells are replayed;
-        `show(req, msg_type, content)`: an output of the replay cell's own (its header line),
-        shown and recorded (`OwnAnswers.output`)."""
-        self._frontend = frontend
-        self._cell_log = cell_log
-        self._queue = queue
-        self._notebook = notebook
-        self._show = show
-
-    def publish(self, req: Request, msg_type: str, content: dict[str, Any]) -> None:
-        """A replayed output: shown as the replay cell's, not recorded again."""
-        self._frontend.send_iopub(msg_type, content, req.header)
-
-    async def run(self, req: Request, spec: ReplaySpec) -> None:
-        cell_log = self._cell_log
-        if not cell_log.recording:
-            msg = "the cell log is not available in this session: there is nothing to replay"
-            raise MagicError(msg)
-        live = self._queue.inflight
-        record = live.record if live is not None and live.with_worker else None  # a cell running on a worker
-        follower, before = None, None
-        if live is not None and record is not None:
-            # What it has recorded so far is read from the log; what it prints from now on, the
-            # follower relays, so nothing is shown twice or missed.
-            before = record.seq + 1
-            if spec.follow:
-                follower = Follower(req, self.publish)
-                live.followers.append(follower)
-        try:
-            await cell_log.settled()
-            row = cell_log.replay_cell(self._notebook, cell_id=spec.cell_id, count=spec.count)
-            if row is None:
-                raise MagicError(self._missing(spec))
-            running = live if record is not None and record.id == row["id"] else None  # the cell replayed runs
-            text = header(row, running=running is not None, follow=follower is not None,
-                          count=running.count if running is not None else None)
-            self._show(req, "stream", {"name": "stdout", "text": text})
-            for msg_type, content in messages(cell_log.replay_outputs(row["id"], before if running is not None else None)):
-                self.publish(req, msg_type, content)
-            if follower is not None and running is not None:
-                follower.caught_up()
-                await follower.ended
-                status = (running.reply_content or {}).get("status", "?")
-                self._show(req, "stream", {"name": "stdout", "text": f"klbr replay: cell {row['id']} ended {status}.\n"})
-        finally:
-            if follower is not None and live is not None and follower in live.followers:
-                live.followers.remove(follower)
-
-    @staticmethod
-    def _missing(spec: ReplaySpec) -> str:
-        if spec.cell_id is not None:
-            return f"there is no cell {spec.cell_id} in the cell log (`%klbr history` lists them)"
-        if spec.count is not None:
-            return f"no In[{spec.count}] in this session's cell log (`%klbr history` lists them)"
-        return "no cell of this notebook has outputs to replay yet"

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from jupyter_client.session import Session
 
@@ -22,7 +22,6 @@ from .._version import __version__
 from ..cell_log.recording import CellLog, frontend_cell_id
 from ..frontend.sockets import Frontend
 from ..magics.status import status_rows
-from ..proxy.brackets import Brackets
 from ..requests.queue import ShellQueue
 from ..requests.request import Phase, Request
 from .follow import Followed, Following, OpenComm
@@ -41,6 +40,9 @@ from .ops import (
     unsupported,
 )
 from .restore import UNMATCHED_LISTED, Chunks, Json, entry, unmatched
+
+if TYPE_CHECKING:
+    from ..proxy.brackets import Brackets  # the proxy's, which hands it over: its busy and idle
 
 log = logging.getLogger(__name__)
 # The least change of the worker's memory that is pushed as `state` (checked as each request ends;

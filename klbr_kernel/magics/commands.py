@@ -1,8 +1,5 @@
-"""A cell of `%klbr` lines carried out (`MagicCells`), and what each command does and prints.
-
-A cell made only of `%klbr` lines is the proxy's (see `parse`): the proxy starts it from the queue,
-or at once for a replay, and `MagicCells.run` answers it.
-"""
+"""What each `%klbr` command does and prints (`magic_output`); `%klbr replay` is `replay`'s, and a
+cell of them is carried out by `klbr_kernel.proxy.magic_cells`."""
 
 from __future__ import annotations
 
@@ -12,12 +9,8 @@ from klbr_supervisor.generation import Generation
 from klbr_supervisor.supervisor import Supervisor
 
 from ..cell_log.recording import CellLog
-from ..cell_log.replay import Replay
 from ..frontend.sockets import Frontend
-from ..proxy.own import OwnAnswers
-from ..requests.outcomes import CellError
-from ..requests.request import Phase, Request
-from .parse import Magic, MagicError, replay_spec
+from .parse import Magic, MagicError
 from .status import status_text
 
 
@@ -85,34 +78,3 @@ async def magic_output(magic: Magic, supervisor: Supervisor, cell_log: CellLog,
         return _moved("Reconnected", old, await supervisor.reconnect(), supervisor)
     msg = f"unknown %klbr command {magic.command!r}"
     raise MagicError(msg)
-
-
-class MagicCells:
-    def __init__(self, own: OwnAnswers, replay: Replay, supervisor: Supervisor, cell_log: CellLog,
-                 frontend: Frontend):
-        self._own = own
-        self._replay = replay
-        self._supervisor = supervisor
-        self._cell_log = cell_log
-        self._frontend = frontend
-
-    async def run(self, req: Request) -> None:
-        """A cell of `%klbr` lines (phase PROXY), carried out by the supervisor (`magic_output`) or
-        the `replay`; what each line prints is shown as it is done, then the cell is answered."""
-        error = None
-        self._own.begin(req)
-        if req.magic_error:
-            error = CellError("UsageError", req.magic_error)
-        else:
-            try:
-                for magic in req.magics or ():
-                    if magic.command == "replay":
-                        await self._replay.run(req, replay_spec(magic.args))
-                        continue
-                    text = await magic_output(magic, self._supervisor, self._cell_log, self._frontend)
-                    if text and not req.silent:
-                        self._own.output(req, "stream", {"name": "stdout", "text": text})
-            except ValueError as e:  # MagicError, and a bad argument
-                error = CellError("UsageError", str(e))
-        if req.phase is Phase.PROXY:  # not answered meanwhile (a shutdown)
-            self._own.here(req, error=error)

@@ -18,7 +18,6 @@ from ..comm.comms import KlbrComms
 from ..frontend import door
 from ..frontend.drops import Drops
 from ..frontend.kernel_info import kernel_info_content
-from ..magics.commands import MagicCells
 from ..magics.parse import MagicError, cell_timeout, line_magics
 from ..requests.current import Current
 from ..requests.outcomes import CellError, refusal_error
@@ -27,6 +26,7 @@ from ..requests.request import OWN, QUEUED, SUBSHELL, Phase, Request
 from .boundary import Boundary
 from .brackets import Brackets
 from .lifecycle import Lifecycle
+from .magic_cells import MagicCells
 from .own import OwnAnswers
 from .stdin import StdinRelay
 

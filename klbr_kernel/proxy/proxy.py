@@ -37,11 +37,10 @@ from klbr_supervisor.tasks import Tasks
 
 from .. import client_package
 from ..cell_log.recording import CellLog
-from ..cell_log.replay import Replay
 from ..comm.comms import KlbrComms
 from ..frontend.sockets import Frontend
 from ..frontend.standin import MAX_MESSAGE_SIZE
-from ..magics.commands import MagicCells
+from ..magics.replay import Replay
 from ..requests.current import Current
 from ..requests.outcomes import internal_error, session_paused_error
 from ..requests.queue import ShellQueue
@@ -52,6 +51,7 @@ from .delivery import Delivery
 from .dispatch import Dispatch
 from .endings import Endings
 from .lifecycle import Lifecycle
+from .magic_cells import MagicCells
 from .own import OwnAnswers
 from .stdin import StdinRelay
 
