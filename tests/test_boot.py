@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from klbr_supervisor.boot.worker import BOOTSTRAP, NOTICE
+
 ROOT = Path(__file__).resolve().parent.parent
 BOOT = ROOT / "klbr_supervisor" / "boot"
 MODULES = sorted(f"klbr_supervisor.boot.{path.stem}" for path in BOOT.glob("*.py") if path.stem != "__init__")
@@ -50,17 +52,75 @@ def test_a_boot_module_imports_with_the_standard_library_only(module):
     assert not outside, f"{module} imports {outside}"
 
 
+# What a module running in a worker imports once it runs there: ipykernel's own dependencies (the
+# bootstrap imports ipykernel itself by name, as it finds each version).
+IN_THE_WORKER = {"klbr_supervisor.boot.bootstrap": {"zmq", "tornado.ioloop"}}
+
+
 @pytest.mark.parametrize("module", MODULES)
 def test_what_a_boot_module_imports_later_is_the_standard_library_or_boot_too(module):
     """Imports inside functions (the prelaunch defers some, for its start) run only on some paths."""
     path = BOOT / f"{module.rsplit('.', 1)[1]}.py"
     outside = []
+    allowed = IN_THE_WORKER.get(module, set())
     for node in ast.walk(ast.parse(path.read_text())):
         if isinstance(node, ast.Import):
-            outside += [alias.name for alias in node.names if not _ours_or_stdlib(alias.name)]
+            outside += [alias.name for alias in node.names if not _ours_or_stdlib(alias.name)
+                        and alias.name not in allowed]
         elif isinstance(node, ast.ImportFrom):
-            if node.level == 0 and not _ours_or_stdlib(node.module or ""):
+            if node.level == 0 and not _ours_or_stdlib(node.module or "") and node.module not in allowed:
                 outside.append(node.module)
             elif node.level > 1:  # out of boot, into the rest of klbr_supervisor
                 outside.append("." * node.level + (node.module or ""))
     assert not outside, f"{module} imports {outside}"
+
+
+# -- the worker bootstrap, run as its worker runs it: its source, on the oldest and newest ipykernel --
+
+PARTS = """\
+import json, os, resource
+from ipykernel.kernelapp import IPKernelApp
+from ipykernel.ipkernel import IPythonKernel
+from ipykernel import iostream
+import ipykernel
+def now():
+    return {{"init_iopub": IPKernelApp.init_iopub, "write": iostream.OutStream.write,
+            "flush": iostream.OutStream.flush, "init_sockets": IPKernelApp.init_sockets,
+            "cancel": IPythonKernel._cancel_on_sigint}}
+before = now()
+bootstrap = {{"__name__": "klbr_bootstrap"}}
+exec(compile({source!r}, "bootstrap", "exec"), bootstrap)
+imported = now()
+os.environ["KLBR_MEMORY_LIMIT"] = str(8 << 30)
+limit = bootstrap["limit_memory"]()
+for part in ("lossless_iopub", "flush_by_size", "flush_only_what_waits", "shell_on_main_thread", "wake_on_signal"):
+    bootstrap[part]()
+after = now()
+del IPKernelApp.init_iopub
+bootstrap["lossless_iopub"]()
+print(json.dumps({{
+    "version": ipykernel.version_info[0], "limit": limit, "rlimit": resource.getrlimit(resource.RLIMIT_DATA)[0],
+    "left_in_environ": "KLBR_MEMORY_LIMIT" in os.environ,
+    "changed_by_import": sorted(name for name in before if imported[name] is not before[name]),
+    "changed": sorted(name for name in before if after[name] is not before[name]),
+}}))
+"""
+
+
+@pytest.mark.parametrize("python", [sys.executable, str(ROOT / ".venv-ipykernel" / "bin" / "python")],
+                         ids=["newest", "oldest"])
+def test_each_part_of_the_worker_bootstrap_applies_where_it_runs_and_says_what_it_cannot(python):
+    """The bootstrap as a worker without klbr gets it (`worker.BOOTSTRAP`, its source): imported it
+    changes nothing; each part then changes what it is for (ipykernel 7 alone serves shell on its
+    main thread); the memory limit becomes RLIMIT_DATA and leaves the environment; and a part
+    whose target this ipykernel lacks says so on stderr, once, with the NOTICE the kernel's log keeps."""
+    done = subprocess.run([python, "-c", PARTS.format(source=BOOTSTRAP)], check=False, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["changed_by_import"] == [] and found["limit"] == found["rlimit"] == 8 << 30
+    assert not found["left_in_environ"]
+    seven = found["version"] == 7
+    assert found["changed"] == sorted(["init_iopub", "write", "flush", "cancel"] + (["init_sockets"] if seven else []))
+    said = [line for line in done.stderr.splitlines() if line.startswith(NOTICE)]
+    assert len(said) == 1 and "IPKernelApp has no init_iopub" in said[0], done.stderr
