@@ -336,7 +336,8 @@ def test_the_129th_call_of_a_cell_is_refused_and_the_next_cell_has_a_new_budget(
 # `answers_until(call)` the call ids of the answers read up to `call`'s, and that answer.
 RAW_CLIENT = """\
 import json, os, zmq
-from klbr_kernel.host.client import PROTOCOL, sign, _cell
+from klbr_kernel.host.client import PROTOCOL, sign
+from klbr_kernel.host.handovers import cell as _cell
 s = zmq.Context.instance().socket(zmq.DEALER); s.connect(os.environ['KLBR_HOST_ENDPOINT'])
 def frames(call, method, args):
     payload = json.dumps({'call': call, 'token': os.environ['KLBR_HOST_TOKEN'], 'cell': _cell(),
@@ -504,7 +505,7 @@ def test_a_tcp_endpoint_never_reached_is_unavailable_saying_so(tmp_path):
         port = closed.getsockname()[1]
     env = {**os.environ, "KERNEL_KLBR_HOST_ENDPOINT": f"tcp://127.0.0.1:{port}", "KERNEL_KLBR_HOST_TOKEN": "t",
            "KERNEL_KLBR_HOST_KEY": "k", "KERNEL_KLBR_HOST_SERVERKEY": zmq.curve_keypair()[0].decode()}
-    code = ("from klbr_kernel import host\ntry:\n    host._call('keys', wait=2)\nexcept host.HostError as e:\n"
+    code = ("from klbr_kernel.host import client as host\ntry:\n    host._call('keys', wait=2)\nexcept host.HostError as e:\n"
             "    print(e.code, e.message)")
     done = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True,
                           timeout=60)
@@ -520,7 +521,7 @@ def test_a_call_whose_ipc_channel_is_gone_is_stale_saying_so(tmp_path, left):
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as unix:
             unix.bind(str(path))  # bound, never listening: a connect is refused
     env = {**os.environ, "KLBR_HOST_ENDPOINT": f"ipc://{path}", "KLBR_HOST_TOKEN": "t", "KLBR_HOST_KEY": "k"}
-    code = ("from klbr_kernel import host\ntry:\n    host._call('keys', wait=25)\nexcept host.HostError as e:\n"
+    code = ("from klbr_kernel.host import client as host\ntry:\n    host._call('keys', wait=25)\nexcept host.HostError as e:\n"
             "    print(e.code, e.message)")
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-c", code], env=env, check=False, capture_output=True, text=True,

@@ -5,6 +5,11 @@ importing process starts threads); the kernel hands the supervisor its files for
 klbr (`klbr_kernel.client_package`).
 """
 
+from . import handovers
 from .client import CODES, HostError, get, inspect, keys, notify, put, relocate, restart, run
+
+# Cell code imports this: from now on, a thread it starts and work it hands to a pool make their
+# calls for the cell they were handed over in (a thread that outlives its cell is `not_running`).
+handovers.follow()
 
 __all__ = ["CODES", "HostError", "get", "inspect", "keys", "notify", "put", "relocate", "restart", "run"]
