@@ -36,10 +36,11 @@ def kernel_json(display_name: str = "Python 3 (klbr)", placement: str = "") -> d
 
 
 def _shipped_logos() -> list[str]:
-    """The logos `pip install` put into this environment's share/jupyter/kernels/klbr, if any."""
+    """The logos `pip install` put into this environment's share/jupyter/kernels/klbr, else those of
+    the source tree this module is in (klbr_kernel/cli/ -> kernelspec/), if any."""
     found: list[str] = []
     for base in (os.path.join(sys.prefix, "share", "jupyter", "kernels", "klbr"),
-                 os.path.join(os.path.dirname(os.path.dirname(__file__)), "kernelspec")):
+                 os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(__file__))), "kernelspec")):
         for logo in LOGOS:
             path = os.path.join(base, logo)
             if os.path.exists(path) and logo not in {os.path.basename(p) for p in found}:
