@@ -1,9 +1,12 @@
 """The cell running on the current generation, its deadline, and the interrupt ladder carried out.
 
-Owned by the `Supervisor` as `cells`; the proxy tells it when the execute it sent reports busy, waits
-for `input()`, and finishes. The decisions (grace, deadlines, poison) are the `Policy`'s; here they are
-carried out: an interrupt that has not ended the cell after `interrupt_grace` seconds, or a deadline
-whose interrupt did not, stops the generation (WorkerKilled, CellTimeout).
+Owned by the `Supervisor` as `cells`, which hands it the execute it sends (`sent`) and every message
+of the current generation's worker as it passes (`message`): the cell's busy starts its deadline,
+an `input_request` pauses it (the next message to the worker's stdin resumes it), its execution
+count tells the generation where the next one goes, and its reply and idle end it. The decisions
+(grace, deadlines, poison) are the `Policy`'s; here they are carried out: an interrupt that has not
+ended the cell after `interrupt_grace` seconds, or a deadline whose interrupt did not, stops the
+generation (WorkerKilled, CellTimeout).
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from .states import EndReason
 
 if TYPE_CHECKING:
     from .generation import Generation
+    from .messages.wire import Wire
     from .tasks import Tasks
 
 
@@ -33,13 +37,54 @@ class CellWatch:
         self.tasks: Tasks | None = None  # set by the supervisor once its task group runs
         self.cell: RunningCell | None = None
 
-    def sent(self, msg_id: str, code: str, gen: Generation, timeout: float | None, cell_id: int | None) -> None:
-        """An execute went to `gen`: from now until `finished`, a loss of `gen` is this cell's."""
-        cell = RunningCell(msg_id, code, gen, timeout, self._deadline_passed, cell_id)
+    def sent(self, msg_id: str, code: str, gen: Generation, timeout: float | None, cell_id: int | None,
+             counts: bool = False) -> RunningCell:
+        """An execute went to `gen`: from now until it ends, a loss of `gen` is this cell's. A cell
+        still watched (its worker never sent its reply or its idle: the proxy answered it instead)
+        ended before this one was sent."""
+        if self.cell is not None:
+            self.finished(self.cell.msg_id)
+        cell = RunningCell(msg_id, code, gen, timeout, self._deadline_passed, cell_id, counts)
         self.cell = cell
         # Provisional: a worker that hangs at once (holding the GIL) never reports busy, and its
         # deadline must still come. `started` starts the clock again from busy.
         cell.clock(self.policy.deadline_for(timeout))
+        return cell
+
+    def message(self, channel: str, wire: Wire) -> None:
+        """A message from the current generation's worker, on its way to the listener."""
+        cell = self.cell
+        if cell is None:
+            return
+        if channel == "stdin":
+            if wire.msg_type == "input_request":  # a person is thinking: the deadline pauses
+                cell.waiting_for_input(True)
+            return
+        if wire.parent_id != cell.msg_id:
+            return
+        if channel == "iopub":
+            msg_type = wire.msg_type
+            if msg_type == "status":
+                state = wire.execution_state
+                if state == "busy":
+                    self.started(cell.msg_id)
+                elif state == "idle":
+                    cell.idle = True
+            elif msg_type == "execute_input" and cell.counts:
+                self._counted(cell, wire)
+        elif channel == "shell" and wire.msg_type == "execute_reply":
+            cell.replied = True
+            if cell.counts and wire.content.get("status") != "aborted":
+                self._counted(cell, wire)
+        if cell.replied and cell.idle:
+            self.finished(cell.msg_id)
+
+    @staticmethod
+    def _counted(cell: RunningCell, wire: Wire) -> None:
+        """The worker numbered the cell: its next counted cell gets the number after."""
+        count = wire.content.get("execution_count")
+        if isinstance(count, int):
+            cell.generation.next_count = count + 1
 
     def started(self, msg_id: str) -> None:
         """The worker reported busy for the execute; its deadline starts now (semantics 11)."""
@@ -57,7 +102,7 @@ class CellWatch:
             self.cell.waiting_for_input(waiting)
 
     def finished(self, msg_id: str) -> None:
-        """The execute ended with a reply from its worker (not a loss)."""
+        """The execute ended with a reply from its worker (not a loss), or the next was sent."""
         cell = self.cell
         if cell is None or cell.msg_id != msg_id:
             return
@@ -66,10 +111,6 @@ class CellWatch:
         self.policy.note_outcome(cell.code, lost=False)
         cell.generation.mark_busy(False)
         self._on_finished(cell)
-
-    def timed_out(self, msg_id: str) -> bool:
-        cell = self.cell
-        return cell is not None and cell.msg_id == msg_id and cell.timed_out
 
     def ended(self, gen: Generation, reason: EndReason) -> None:
         """`gen` ended: its cell, if it had one, ended with it (a loss counts towards poison)."""

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Protocol
 if TYPE_CHECKING:
     from .generation import Generation
     from .messages.wire import Wire
+    from .policy import Refusal
     from .states import Ending
 
 
@@ -19,8 +20,11 @@ class WorkerListener(Protocol):
     def generation_ready(self, generation: Generation) -> None:
         """`generation` is now the current one and takes requests."""
 
-    def generation_ended(self, generation: Generation, ending: Ending) -> None:
-        """The current `generation` ended; everything it sent before was delivered first."""
+    def generation_ended(self, generation: Generation, ending: Ending, refusal: Refusal | None) -> None:
+        """The current `generation` ended; everything it sent before was delivered first.
+        `refusal`: what every request is told from now on, until the user says otherwise (a crash
+        loop, a lost link), or None. The supervisor's own state is decided before this call and
+        nothing in it may call back into the supervisor: it is handing over."""
 
     def cell_note(self, msg_id: str, text: str) -> None:
         """The running cell `msg_id` left a note with `host.notify`: show it in its output."""

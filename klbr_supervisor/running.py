@@ -25,8 +25,11 @@ class RunningCell:
     timeout: float | None  # a `%%klbr timeout=` override
     on_deadline: Callable[[RunningCell], None]
     cell_id: int | None = None  # its row in the store (what `host.inspect` calls the cell)
+    counts: bool = False  # it takes an execution count (its worker numbers the next cell after it)
     deadline: Deadline | None = None
     started: bool = False  # the worker reported busy for it
+    replied: bool = False  # the worker's reply to it has come
+    idle: bool = False  # the worker's idle for it has come
     finished: asyncio.Event = field(default_factory=asyncio.Event)
     interrupted: bool = False
     timed_out: bool = False

@@ -104,13 +104,14 @@ class Succession:
         self.cells.ended(gen, ending.reason)
         self.current = None
         if self.state is SupervisorState.STOPPING:
-            self.listener.generation_ended(gen, ending)
+            self.listener.generation_ended(gen, ending, None)
             return
-        # Decided before the listener is told, so it can answer what waits (a crash loop, a failed start).
+        # Decided before the listener is told, and told with it, so it can answer what waits (a
+        # crash loop, a lost link, a failed start) with no call back.
         after = self._after(gen, ending)
         self._set_state(SupervisorState.HANDING_OVER, f"generation {gen.number} {ending.reason.value}")
         try:
-            self.listener.generation_ended(gen, ending)
+            self.listener.generation_ended(gen, ending, self._refusal)
         finally:
             self._set_state(after, f"after generation {gen.number}")
         if after is SupervisorState.SERVING:

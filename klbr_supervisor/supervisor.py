@@ -1,8 +1,9 @@
 """The supervisor: starts workbench generations, ends them when they must end, and replaces them.
 
 Driven by the proxy (or a test, with no proxy: `tests/test_supervisor.py`) through `send`,
-`send_execute`, `cells` (the running cell: busy, input, finished), `interrupt`, `restart`,
-`relocate` and `shutdown`; it reports back through a `WorkerListener`. It never sees a frontend.
+`send_execute`, `interrupt`, `restart`, `relocate` and `shutdown`; it reports back through a
+`WorkerListener`, each message of the current generation after its own watch of the running cell
+has seen it (`cells`: busy, input, count, reply and idle). It never sees a frontend.
 Decisions (ladder, deadlines, budget, poison, refusals, retries) are the `Policy`'s; this class and
 `CellWatch` carry them out. Its own state, and what follows a generation's end, are `succession`'s.
 """
@@ -24,7 +25,6 @@ from .boot.placement import Placement, PlacementError, parse
 from .boot.prelaunch import Early, host_environ
 from .boot.reaper import Reaper
 from .cell_watch import CellWatch
-from .counts import ExecutionCounts
 from .generation import Generation
 from .host import HostService
 from .host.channel import Credentials
@@ -82,7 +82,6 @@ class Supervisor(Succession, SupervisorSettings):
         # of, and only its row in the store remains.
         self._live: set[Generation] = set()
         self._numbers = itertools.count(1)
-        self.counts = ExecutionCounts()
         self.cells = CellWatch(self.policy, self.kill_grace, self.log, self._cell_finished)
         self.host = HostService(self, parent=self)
         self._stopped = asyncio.Event()
@@ -225,36 +224,36 @@ class Supervisor(Succession, SupervisorSettings):
     # -- requests ----------------------------------------------------------------------------------
 
     def send(self, channel: str, frames: Frames) -> bool:
-        """Send to the current generation; False when there is none ready."""
+        """Send to the current generation; False when there is none ready. On stdin (an
+        input_reply), the running cell's deadline runs again."""
         gen = self.current
+        if channel == "stdin":
+            self.cells.waiting_for_input(False)
         return gen is not None and gen.alive and gen.send(channel, frames)
 
     def send_execute(self, frames: Frames, *, msg_id: str, code: str, counts: bool, timeout: float | None,
-                     cell_id: int | None = None) -> bool:
-        """Send an execute; first tell the worker where the count continues, if it does not know.
+                     cell_id: int | None = None, sync: tuple[int, dict[int, str]] | None = None
+                     ) -> RunningCell | None:
+        """Send an execute; `sync` first, if the worker is to continue after another count.
 
         `counts` is whether the execute takes an execution count (store_history and not silent);
-        `timeout` a per-cell deadline; `cell_id` its row in the store. The worker runs shell messages
-        in order, so the silent sync always runs first. From here until `cells.finished`, a loss of
-        the worker is this cell's.
+        `timeout` a per-cell deadline; `cell_id` its row in the store; `sync` (last count, `In[n]`
+        texts the worker never saw) what the generation's `sync_count` tells it, the driver's to
+        decide (it knows what the frontend was shown; the generation's `next_count` says where its
+        worker goes on). The worker runs shell messages in order, so the silent sync always runs
+        first. From here until its reply and idle, a loss of the worker is this cell's: returns it
+        as the supervisor watches it (its deadline, whether the deadline's interrupt hit it), or
+        None when there is no generation to send to.
         """
         gen = self.current
         if gen is None or not gen.alive:
-            return False
-        if counts:
-            if gen.next_count != self.counts.last + 1:
-                gen.sync_count(self.counts.last, self.counts.catch_up())
-            self.counts.reserve(msg_id)
-        self.cells.sent(msg_id, code, gen, timeout, cell_id)
+            return None
+        if sync is not None:
+            gen.sync_count(*sync)
+        cell = self.cells.sent(msg_id, code, gen, timeout, cell_id, counts)
         if gen.memory is not None:
             gen.memory.cell_started()
-        return gen.send("shell", frames)
-
-    def worker_count(self, count: int) -> None:
-        """The current worker gave a cell `count` (its reply said so)."""
-        self.counts.from_worker(count)
-        if self.current is not None:
-            self.current.next_count = count + 1
+        return cell if gen.send("shell", frames) else None
 
     def _cell_finished(self, cell: RunningCell) -> None:
         self.host.cell_ended(cell, stopping=self.state is SupervisorState.STOPPING)
@@ -316,6 +315,7 @@ class Supervisor(Succession, SupervisorSettings):
 
     def _message(self, gen: Generation, channel: str, wire: Wire) -> None:
         if gen is self.current:
+            self.cells.message(channel, wire)
             self.listener.worker_message(gen, channel, wire)
 
     def _record_start(self, gen: Generation) -> None:

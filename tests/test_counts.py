@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from klbr_supervisor.counts import ExecutionCounts
+from klbr_kernel.requests.counts import ExecutionCounts
 
 
 def test_a_cell_answered_while_another_runs_takes_the_count_after_it():

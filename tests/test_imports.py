@@ -254,5 +254,8 @@ def test_what_runs_before_the_kernels_imports_is_light():
             if name not in seen:
                 seen.add(name)
                 todo += graph[name]
-        heavy = {name: sorted(_third_party(known[name]) - {"zmq"}) for name in sorted(seen)}
+        # The worker bootstrap's imports inside its functions run in the worker it starts, never
+        # in a process that imports it (tests/test_boot.py holds it to the worker's own packages).
+        heavy = {name: sorted(_third_party(known[name]) - {"zmq"}) for name in sorted(seen)
+                 if name != "klbr_supervisor.boot.bootstrap"}
         assert not any(heavy.values()), {start: {k: v for k, v in heavy.items() if v}}

@@ -33,7 +33,7 @@ class Recorder:
     def generation_ready(self, generation):
         self._note("ready", generation)
 
-    def generation_ended(self, generation, ending):
+    def generation_ended(self, generation, ending, refusal):
         self._note("ended", generation, ending)
 
     def cell_note(self, msg_id, text):

@@ -30,20 +30,19 @@ log = logging.getLogger(__name__)
 
 
 class Frontend:
+    _on_message: Callable[[str, Wire], None]  # every verified shell, control and stdin message (`bind`)
+
     def __init__(
         self,
         info: dict[str, Any],
         session: Session,
-        on_message: Callable[[str, Wire], None],
         max_message_size: int = standin.MAX_MESSAGE_SIZE,
     ):
-        """`on_message(channel, wire)` receives every verified shell, control and stdin message;
-        `max_message_size`: the longest frame shell, control and stdin take (see `standin.bind`)."""
+        """`max_message_size`: the longest frame shell, control and stdin take (see `standin.bind`)."""
         self.info = info
         self.max_message_size = max_message_size
         self.server_keys = encryption.keys(info)  # None: the frontend link is plaintext
         self.session = session
-        self._on_message = on_message
         self._context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         self._channels: dict[str, LoopSocket] = {}
         self._heartbeat: Heartbeat | None = None
@@ -56,8 +55,10 @@ class Frontend:
         self._sign = session.sign if session.auth is not None else None
         self._history_size = session.digest_history_size
 
-    def bind(self) -> None:
-        """Take over the sockets bound at start-up (see `standin`), or bind them now."""
+    def bind(self, on_message: Callable[[str, Wire], None]) -> None:
+        """Take over the sockets bound at start-up (see `standin`), or bind them now; from now on
+        `on_message(channel, wire)` receives every verified shell, control and stdin message."""
+        self._on_message = on_message
         bound = standin.take()
         if bound is None:
             sockets, self._heartbeat = standin.bind(self.info, self._context, self.max_message_size)

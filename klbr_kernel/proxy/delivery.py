@@ -1,5 +1,7 @@
-"""From the worker to the frontend: replies and iopub relayed as the exact frames the worker sent, and
-a recorded cell's reply and idle held until its outcome is committed (semantics 3).
+"""To the worker and back: a started request sent to the current generation, and what the worker
+says relayed to the frontend as the exact frames it sent, a recorded cell's reply and idle held
+until its outcome is committed (semantics 3). It is the supervisor's listener for worker messages
+(`worker_message`), so a message goes from the generation to here, and on to the frontend.
 
 The worker signs with the frontend's key and the proxy's session id, so its messages go out untouched
 (semantics 10). A request is finished when its reply (if it has one) and its idle are in: it becomes
@@ -15,12 +17,14 @@ from collections.abc import Callable
 
 from jupyter_client.session import Session
 
+from klbr_supervisor.generation import Generation
 from klbr_supervisor.messages.protocol import DELIM, Frames, as_bytes
 from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.supervisor import Supervisor
 
 from ..cell_log.recording import OUTPUT_TYPES, CellLog
 from ..frontend.sockets import Frontend
+from ..requests.counts import ExecutionCounts
 from ..requests.current import Current
 from ..requests.outcomes import no_reply_error, obeyed_interrupt, timeout_error, unrecorded_notice
 from ..requests.queue import ShellQueue
@@ -44,8 +48,9 @@ GRACE_CHECK = 1.0
 class Delivery:
     def __init__(self, boundary: Boundary, *, current: Current, queue: ShellQueue, supervisor: Supervisor,
                  cell_log: CellLog, own: OwnAnswers, brackets: Brackets, stdin: StdinRelay, frontend: Frontend,
-                 session: Session):
-        """`session`: the frontend's, which builds the worker's copy of an execute."""
+                 session: Session, counts: ExecutionCounts):
+        """`session`: the frontend's, which builds the worker's copy of an execute; `counts`: what
+        the frontend was shown, which the worker's counts move on."""
         self._boundary = boundary
         self._current = current
         self._queue = queue
@@ -56,6 +61,7 @@ class Delivery:
         self._stdin = stdin
         self._frontend = frontend
         self._session = session
+        self._counts = counts
         self.notice: str | None = None  # stderr text the next cell starts with
         self._told_unrecorded = False
         self._grace_timer: asyncio.TimerHandle | None = None  # armed while a request is in its grace
@@ -76,9 +82,15 @@ class Delivery:
         if not req.silent:
             self._own.notices(req, self.notice)
             self.notice = None
-        self._supervisor.send_execute(self._as_worker_execute(req), msg_id=req.msg_id, code=req.worker_code,
-                                      counts=req.counts, timeout=req.timeout,
-                                      cell_id=req.record.id if req.record is not None else None)
+        sync = None
+        if req.counts:
+            counts, generation = self._counts, req.generation
+            if generation is not None and generation.next_count != counts.last + 1:
+                sync = (counts.last, counts.catch_up())  # a new worker, or cells answered meanwhile
+            counts.reserve(req.msg_id)
+        req.running = self._supervisor.send_execute(
+            self._as_worker_execute(req), msg_id=req.msg_id, code=req.worker_code, counts=req.counts,
+            timeout=req.timeout, cell_id=req.record.id if req.record is not None else None, sync=sync)
 
     def _as_worker_execute(self, req: Request) -> Frames:
         """The execute as the worker gets it: stop_on_error off (the proxy applies it), and the
@@ -99,6 +111,22 @@ class Delivery:
         return [DELIM, session.sign(parts), *parts, *body[5:]]
 
     # -- from the worker ---------------------------------------------------------------------------
+
+    def worker_message(self, generation: Generation, channel: str, wire: Wire) -> None:
+        """A message from the current generation (the supervisor's `WorkerListener`): about the
+        request it answers, if one waits for it. What a worker still says of a request the error
+        boundary answered goes nowhere, and its idle frees the queue."""
+        abandoned = self._queue.abandoned
+        if abandoned is not None and wire.parent_id == abandoned[0]:
+            if channel == "iopub" and wire.msg_type == "status" and wire.execution_state == "idle":
+                self._queue.worker_free(f"the worker of {abandoned[0]} went idle")
+                self._boundary.pump()
+            return
+        req = self._current.waiting.get(wire.parent_id)
+        try:
+            self.message(channel, wire, req)
+        except Exception as e:
+            self._boundary.fail(req, e)
 
     def message(self, channel: str, wire: Wire, req: Request | None) -> None:
         """A message from the current generation; `req` is the request it answers, if tracked."""
@@ -128,16 +156,16 @@ class Delivery:
             req.orphaned = True
 
     def _execute_reply(self, req: Request, wire: Wire) -> None:
-        supervisor = self._supervisor
-        count = wire.content.get("execution_count")
-        if req.counts and isinstance(count, int) and wire.content.get("status") != "aborted":
-            supervisor.worker_count(count)
         content = wire.content
-        if supervisor.cells.timed_out(req.msg_id) and obeyed_interrupt(content):
+        count = content.get("execution_count")
+        if req.counts and isinstance(count, int) and content.get("status") != "aborted":
+            self._counts.from_worker(count)
+        running = req.running
+        if running is not None and running.timed_out and obeyed_interrupt(content):
             # The deadline's interrupt worked: the namespace is kept, but the cell's outcome is the
             # deadline, not a KeyboardInterrupt (or CancelledError) the user never pressed. (A cell
             # that caught it and went on to another end is answered with that end.)
-            error = timeout_error(req.count, supervisor.policy.timeout_for(req.timeout), killed=False)
+            error = timeout_error(req.count, running.deadline.seconds if running.deadline else None, killed=False)
             content = {"status": "error", **error.content(), "execution_count": count}
             req.reply_content, req.outcome = content, error.status
             self._own.output(req, "error", error.content())
@@ -162,8 +190,6 @@ class Delivery:
             if state == "busy" and not req.busy_sent:
                 req.busy_sent = True
                 frontend.publish(wire)
-                if req.msg_type == "execute_request" and req is self._queue.inflight:
-                    self._supervisor.cells.started(req.msg_id)
             elif state == "idle" and req.awaits_idle:
                 self._hold(req, lambda: self._forward_idle(req, wire))
                 self._idle(req)
@@ -182,7 +208,7 @@ class Delivery:
             if req is not None and isinstance(count, int):
                 req.count = count
                 if req.counts:
-                    self._supervisor.worker_count(count)  # a replay answered meanwhile takes the next
+                    self._counts.from_worker(count)  # a replay answered meanwhile takes the next
         elif msg_type == "comm_open":
             self._current.open_comms.add(str(wire.content.get("comm_id", "")))
         elif msg_type == "comm_close":
@@ -232,7 +258,7 @@ class Delivery:
         error = no_reply_error(req.msg_type, NO_REPLY_GRACE)
         content = {"status": "error", **error.content()}
         if req.msg_type == "execute_request":
-            content["execution_count"] = req.count if req.count is not None else self._supervisor.counts.last
+            content["execution_count"] = req.count if req.count is not None else self._counts.last
             self._own.output(req, "error", error.content())
         req.reply_content, req.outcome = content, error.status
         self._hold(req, lambda: self._brackets.reply(req, content))
@@ -254,8 +280,6 @@ class Delivery:
         current = self._current
         if current.waiting.get(req.msg_id) is req:
             del current.waiting[req.msg_id]
-        if req is self._queue.inflight and req.msg_type == "execute_request":
-            self._supervisor.cells.finished(req.msg_id)
         if req.record is not None:
             self._settle(req)
         else:

@@ -1,30 +1,38 @@
-"""From the frontend: each verified message, admitted by the `door`, goes where it belongs.
+"""From the frontend: each verified message, admitted by the `door`, goes where it belongs, and the
+shell queue's next request starts (`pump`).
 
-kernel_info, interrupt, shutdown and the `klbr` comm are the proxy's own; subshell requests are refused; shell
-requests are queued (one in flight, semantics 11); comm messages, control requests for the worker
-and unknown types are forwarded at once (ipykernel serves comms during async cells); on stdin only
-an `input_reply` is taken, for the worker that asked. An execute sent again (the same message, on
-any channel) is answered from the record and never run again (semantics 9).
+kernel_info, interrupt, shutdown and the `klbr` comm are the proxy's own; subshell requests are
+refused; shell requests are queued (one in flight, semantics 11) and started here when the queue is
+free: answered by the proxy (a `%klbr` cell, history from the cell log, a refusal), or recorded
+(semantics 3) and handed to `delivery`; comm messages, control requests for the worker and unknown
+types are forwarded at once (ipykernel serves comms during async cells); on stdin only an
+`input_reply` is taken, for the worker that asked. An execute sent again (the same message, on any
+channel) is answered from the record and never run again (semantics 9).
 """
 
 from __future__ import annotations
 
+from functools import partial
 from typing import Any
 
 from klbr_supervisor.messages.wire import Wire
+from klbr_supervisor.policy import Refusal
+from klbr_supervisor.store import StoreError
 from klbr_supervisor.supervisor import Supervisor
 
+from ..cell_log.recording import CellLog
 from ..comm.comms import KlbrComms
 from ..frontend import door
 from ..frontend.drops import Drops
 from ..frontend.kernel_info import kernel_info_content
 from ..magics.parse import MagicError, cell_timeout, line_magics
 from ..requests.current import Current
-from ..requests.outcomes import CellError, refusal_error
+from ..requests.outcomes import CellError, refusal_error, session_paused_error
 from ..requests.queue import ShellQueue
 from ..requests.request import OWN, QUEUED, SUBSHELL, Phase, Request
 from .boundary import Boundary
 from .brackets import Brackets
+from .delivery import Delivery
 from .lifecycle import Lifecycle
 from .magic_cells import MagicCells
 from .own import OwnAnswers
@@ -34,10 +42,12 @@ from .stdin import StdinRelay
 class Dispatch:
     def __init__(self, boundary: Boundary, *, signed: bool, lifecycle: Lifecycle, queue: ShellQueue,
                  current: Current, supervisor: Supervisor, own: OwnAnswers, magic_cells: MagicCells,
-                 brackets: Brackets, stdin: StdinRelay, drops: Drops, comms: KlbrComms):
+                 brackets: Brackets, stdin: StdinRelay, drops: Drops, comms: KlbrComms, cell_log: CellLog,
+                 delivery: Delivery):
         """`signed`: the frontend's messages are signed with a key (what an execute's digest is, see
         `door.digest`); `drops`: where what is not served is counted; `comms`: the klbr comm, the
-        proxy's own."""
+        proxy's own; `cell_log`: where a cell's row is written before it runs; `delivery`: what
+        sends a started request to the worker."""
         self._boundary = boundary
         self._signed = signed
         self._lifecycle = lifecycle
@@ -50,15 +60,19 @@ class Dispatch:
         self._stdin = stdin
         self._comms = comms
         self._drops = drops
+        self._cell_log = cell_log
+        self._delivery = delivery
 
     def message(self, channel: str, wire: Wire) -> None:
         """Every verified message from the frontend (the `Frontend`'s callback)."""
+        req = None
         try:
             req = door.admit(channel, wire, signed=self._signed)
+            self._route(req)
         except door.Refused as refused:
             self._boundary.guard(None, self._refuse, channel, wire, refused)
-            return
-        self._boundary.guard(req, self._route, req)
+        except Exception as e:
+            self._boundary.fail(req, e)
 
     def _refuse(self, channel: str, wire: Wire, refused: door.Refused) -> None:
         """A request the door did not let in gets its error reply and bracket; anything else is
@@ -108,7 +122,7 @@ class Dispatch:
                     self._boundary.start(self._magic_cells.run(req), "a %klbr replay cell", req)
                     return
             self._queue.push(req)
-            self._boundary.pump()
+            self.pump()
         else:
             self.forward(req)
 
@@ -155,3 +169,73 @@ class Dispatch:
         current.send(req)
         current.forwarded(req)
         self._supervisor.send(req.channel, req.wire.frames())
+
+    # -- the queue ---------------------------------------------------------------------------------
+
+    def pump(self, refusal: Refusal | None = None) -> None:
+        """Start the next queued request: answered here, refused, or sent to the current generation.
+        `refusal`: what the supervisor told `Endings` while it hands over (a crash loop, a lost
+        link), which a request is then refused with, the supervisor not being asked meanwhile."""
+        queue = self._queue
+        while queue.free and queue.waiting and self._lifecycle.serving:
+            req = queue.waiting[0]
+            try:
+                if not self._start(req, refusal):
+                    return
+            except Exception as e:
+                self._boundary.fail(req, e)
+
+    def _start(self, req: Request, refusal: Refusal | None) -> bool:
+        """Start `req`, the head of the queue; False when it must wait (no generation yet, or it was
+        sent and is now the one in flight)."""
+        queue, cell_log = self._queue, self._cell_log
+        if req.msg_type == "execute_request" and (req.magics is not None or req.magic_error):
+            queue.take()
+            req.move(Phase.PROXY)
+            self._boundary.start(self._magic_cells.run(req), "a %klbr cell", req)
+            return False
+        if req.msg_type == "history_request" and cell_log.recording:
+            queue.take()
+            self._own.history(req)
+            return True
+        error = refusal_error(refusal) if refusal is not None else self._own.refusal(req)
+        if error is not None:
+            queue.take()
+            self._own.here(req, error=error)
+            return True
+        generation = self._current.generation
+        if generation is None or not generation.alive:  # `current.alive`, with the generation at hand
+            # None yet, or one that is ending (a restart asked for by cell code): the next is told
+            # ready, and `pump` runs again then.
+            self._supervisor.ensure_started()
+            return False
+        queue.take()
+        if cell_log.is_cell(req) and cell_log.recording and req.record is None:
+            # Durable before visible (semantics 3): the row commits before the worker sees it.
+            req.move(Phase.RECORDING)
+            if cell_log.start(req, generation.number, partial(self._recorded_late, req)):
+                self._recorded(req, None)
+        else:
+            self._delivery.send(req)
+        return False
+
+    def _recorded_late(self, req: Request, error: StoreError | None) -> None:
+        """The store's callback, once a `running` row that had to wait for its writer is in."""
+        try:
+            self._recorded(req, error)
+        except Exception as e:
+            self._boundary.fail(req, e)
+
+    def _recorded(self, req: Request, error: StoreError | None) -> None:
+        """The cell's `running` row is committed (or could not be): now it may run."""
+        if req.phase is not Phase.RECORDING:
+            return  # answered meanwhile (shutdown)
+        if error is not None:
+            req.record = None
+            self._own.here(req, error=session_paused_error(error))
+        elif not self._current.alive:
+            req.move(Phase.QUEUED)  # its generation ended meanwhile: it runs on the next one
+            self._queue.put_back(req)
+            self._supervisor.ensure_started()
+        else:
+            self._delivery.send(req)

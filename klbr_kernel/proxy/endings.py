@@ -13,18 +13,24 @@ then, for each request that was waiting on it, by its phase:
 
 Its widgets get `comm_close` and a debug session on it ends. A shutdown overrides all of this: what
 waited is aborted and nothing is retried (semantics 13).
+
+Both are the supervisor's listener (`generation_ready`, `generation_ended`). An end is told while
+the supervisor hands over (its state decided, what follows not started yet), with everything the
+answers need: how the generation ended, what requests are refused with from now on, and each
+request's own facts (its count, its deadline); nothing here calls back into the supervisor then.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 
 from klbr_supervisor.generation import Generation
-from klbr_supervisor.policy import may_retry
+from klbr_supervisor.policy import Refusal, may_retry
 from klbr_supervisor.states import Ending, EndReason
-from klbr_supervisor.supervisor import Supervisor
 
 from ..frontend.sockets import Frontend
+from ..requests.counts import ExecutionCounts
 from ..requests.current import Current
 from ..requests.outcomes import CellError, ending_error, refusal_error, timeout_error
 from ..requests.queue import ShellQueue
@@ -37,14 +43,18 @@ from .own import OwnAnswers
 
 
 class Endings:
-    def __init__(self, boundary: Boundary, *, current: Current, queue: ShellQueue, supervisor: Supervisor,
-                 own: OwnAnswers, delivery: Delivery, forward: Callable[[Request], None], brackets: Brackets,
-                 frontend: Frontend):
-        """`forward(req)`: send on what waited for a generation (`Dispatch.forward`)."""
+    def __init__(self, boundary: Boundary, *, current: Current, queue: ShellQueue, own: OwnAnswers,
+                 delivery: Delivery, forward: Callable[[Request], None], pump: Callable[[Refusal | None], None],
+                 brackets: Brackets, frontend: Frontend, counts: ExecutionCounts, state_changed: Callable[[], None]):
+        """`forward(req)`: send on what waited for a generation (`Dispatch.forward`); `pump(refusal)`:
+        start what is queued (`Dispatch.pump`), refused with `refusal` if one is given;
+        `state_changed`: the klbr comm's push of the generation's state, once the handover is over."""
         self._boundary = boundary
         self._current = current
         self._queue = queue
-        self._supervisor = supervisor
+        self._pump = pump
+        self._counts = counts
+        self._state_changed = state_changed
         self._own = own
         self._delivery = delivery
         self._forward = forward
@@ -52,13 +62,31 @@ class Endings:
         self._frontend = frontend
 
     def ready(self, generation: Generation) -> None:
-        """`generation` takes requests: what waited for one goes to it."""
-        for req in self._current.ready(generation):
-            self._boundary.guard(req, self._forward, req)
-        self._boundary.pump()
+        """`generation` takes requests (the supervisor says so): what waited for one goes to it."""
+        guard = self._boundary.guard
+        try:
+            for req in self._current.ready(generation):
+                guard(req, self._forward, req)
+            self._pump(None)
+        except Exception as e:
+            self._boundary.fail(None, e)
+        guard(None, self._state_changed)
 
-    def ended(self, generation: Generation, ending: Ending) -> None:
-        """Answer everything that waited on `generation`; retry what is safe to retry."""
+    def ended(self, generation: Generation, ending: Ending, refusal: Refusal | None) -> None:
+        """The current `generation` ended (the supervisor says so, handing over): everything that
+        waited on it is answered; what is safe to retry is retried; from now on requests are
+        refused with `refusal`, if there is one."""
+        abandoned = self._queue.abandoned
+        if abandoned is not None and abandoned[1] is generation:
+            self._queue.worker_free(f"the generation of {abandoned[0]} ended")
+        try:
+            self._ended(generation, ending, refusal)
+        except Exception as e:
+            self._boundary.fail(None, e)
+        # The comm's state reads the supervisor's, which is not to be called while it hands over.
+        asyncio.get_running_loop().call_soon(self._boundary.guard, None, self._state_changed)
+
+    def _ended(self, generation: Generation, ending: Ending, refusal: Refusal | None) -> None:
         current, guard = self._current, self._boundary.guard
         was_current = current.generation is generation
         debugging = current.state is LinkState.DEBUGGING
@@ -84,11 +112,11 @@ class Endings:
             for req in self._queue.clear() + current.held:
                 guard(req, self._answer_failed_start, req, ending, generation)
             current.held.clear()
-        elif (refusal := self._supervisor.refusal(None)) is not None:  # a crash loop, a lost link
+        elif refusal is not None:  # a crash loop, a lost link
             held, current.held = current.held, []
             for req in held:  # comm and control traffic that waited for a generation
                 guard(req, self._own.refuse_forwarded, req, refusal_error(refusal))
-            self._boundary.pump()  # everything queued is refused with its error
+            self._pump(refusal)  # everything queued is refused with its error
 
     def _close_forwarded(self, req: Request, ending: Ending, generation: Generation) -> None:
         """comm and control traffic the worker never finished: close its bracket."""
@@ -130,10 +158,11 @@ class Endings:
 
     def error(self, ending: Ending, generation: Generation, req: Request) -> CellError:
         """The error that tells `req` how its generation ended."""
-        supervisor = self._supervisor
+        last = self._counts.last
         if ending.reason is EndReason.DEADLINE and req.msg_type == "execute_request":
-            return timeout_error(req.count or supervisor.counts.last + 1, supervisor.policy.timeout_for(req.timeout),
+            deadline = req.running.deadline if req.running is not None else None
+            return timeout_error(req.count or last + 1, deadline.seconds if deadline is not None else None,
                                  killed=True, generation=generation.number, pid=generation.pid, how=ending.how)
-        count = req.count if req.count is not None else supervisor.counts.last + 1
+        count = req.count if req.count is not None else last + 1
         cell = f"cell [{count}]" if req.msg_type == "execute_request" and req.counts else "this request"
         return ending_error(ending, generation=generation.number, pid=generation.pid, cell=cell)

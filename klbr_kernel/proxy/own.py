@@ -20,6 +20,7 @@ from klbr_supervisor.supervisor import Supervisor
 
 from ..cell_log.recording import CellLog
 from ..frontend.sockets import Frontend
+from ..requests.counts import ExecutionCounts
 from ..requests.current import Current
 from ..requests.outcomes import CellError, refusal_error, session_paused_error
 from ..requests.queue import ShellQueue
@@ -34,10 +35,11 @@ log = logging.getLogger(__name__)
 class OwnAnswers:
     def __init__(self, boundary: Boundary, *, life: Machine[ProxyState], queue: ShellQueue, current: Current,
                  frontend: Frontend, brackets: Brackets, cell_log: CellLog, supervisor: Supervisor, session: Session,
-                 state_changed: Callable[[], None]):
+                 counts: ExecutionCounts, state_changed: Callable[[], None]):
         """`life`: the proxy's state (what waits is answered at once once it stops); `supervisor`:
-        for execution counts and refusals; `state_changed`: called as each
-        request is released (the store may have paused or resumed with it: the klbr comm says so)."""
+        for refusals (a poisoned cell) and the notebook's name; `counts`: where a cell answered here
+        takes its count; `state_changed`: called as each request is released (the store may have
+        paused or resumed with it: the klbr comm says so)."""
         self._boundary = boundary
         self._life = life
         self._queue = queue
@@ -47,6 +49,7 @@ class OwnAnswers:
         self._cell_log = cell_log
         self._supervisor = supervisor
         self._session = session
+        self._counts = counts
         self._state_changed = state_changed
         self._unseen: list[str] = []  # notices of cells whose outputs reached no one, for the next cell
 
@@ -56,7 +59,7 @@ class OwnAnswers:
         self._brackets.busy(req)
         if req.counts:
             announce = req.count is None  # the worker never said In[n] for it
-            req.count = self._supervisor.counts.answered(req.code, req.count, req.msg_id)
+            req.count = self._counts.answered(req.code, req.count, req.msg_id)
             if announce:
                 self._frontend.send_iopub("execute_input", {"code": req.code, "execution_count": req.count},
                                           req.header)
@@ -94,7 +97,7 @@ class OwnAnswers:
             self.release(req)
             return
         self.begin(req)
-        count = req.count if req.count is not None else self._supervisor.counts.last
+        count = req.count if req.count is not None else self._counts.last
         if stdout and not req.silent:
             self.output(req, "stream", {"name": "stdout", "text": stdout})
         if error is not None:
@@ -159,6 +162,19 @@ class OwnAnswers:
             self._cell_log.output(req, msg_type, self._session.pack(content))
         else:
             req.own_outputs.append((msg_type, content))  # recorded with the row, when it is written
+
+    def cell_note(self, msg_id: str, text: str) -> None:
+        """The running cell `msg_id` left a note with `host.notify` (the supervisor says so): shown
+        in its output, and recorded with it."""
+        req = self._current.waiting.get(msg_id)
+        if req is None:
+            return
+        note = {"data": {"text/plain": f"klbr note: {text}", "text/markdown": f"**klbr note:** {text}"},
+                "metadata": {}, "transient": {}}
+        try:
+            self.output(req, "display_data", note)
+        except Exception as e:
+            self._boundary.fail(req, e)
 
     def refusal(self, req: Request) -> CellError | None:
         """Why `req` must not run now, if it must not (crash loop, poisoned code, no cell log)."""

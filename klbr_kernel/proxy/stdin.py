@@ -47,15 +47,13 @@ class StdinRelay:
     def to_frontend(self, req: Request, wire: Wire) -> None:
         """A stdin message from the worker, for the frontend that sent `req` (the running execute)."""
         self._cancel()
+        # (The supervisor paused the cell's deadline as the input_request passed: a person is thinking.)
         asking = wire.msg_type == "input_request"
-        if asking:
-            self.supervisor.cells.waiting_for_input(True)  # a person is thinking: the deadline pauses
         deadline = asyncio.get_running_loop().time() + INPUT_PATIENCE
         self._send(req, wire, deadline if asking else None)
 
     def to_worker(self, frames: Frames) -> None:
-        """An input_reply: to the worker that asked."""
-        self.supervisor.cells.waiting_for_input(False)
+        """An input_reply: to the worker that asked (the cell's deadline runs again as it goes)."""
         self.supervisor.send("stdin", frames)
 
     def _send(self, req: Request, wire: Wire, deadline: float | None, tries: int = 0) -> None:

@@ -36,6 +36,7 @@ if TYPE_CHECKING:
     import zmq
 
     from klbr_supervisor.generation import Generation
+    from klbr_supervisor.running import RunningCell
 
     from ..cell_log.replay import Follower
     from ..magics.parse import Magic
@@ -106,6 +107,7 @@ class Request:
     timeout: float | None = None  # `%%klbr timeout=SECONDS`
     body: str | None = None  # the code after a `%%klbr` first line
     record: CellRecord | None = None  # its row in the store, once it is a recorded cell
+    running: RunningCell | None = None  # as the supervisor watches it, once sent (its deadline)
     commit: Commit = field(default_factory=Commit)  # its outcome's, once it is a recorded cell
     own_outputs: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # outputs the proxy gave a cell it answered itself
     duplicates: list[Request] = field(default_factory=list)  # resent copies waiting for its reply
