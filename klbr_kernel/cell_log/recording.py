@@ -41,7 +41,8 @@ _CELL_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 def frontend_cell_id(req: Request) -> str | None:
     """The id of the frontend cell an execute came from: JupyterLab 4 sends `metadata.cellId`
     (its cell model's shared id) with every execute_request; None when absent or not an nbformat id."""
-    metadata = as_bytes(req.wire.body[3])
+    metadata = req.wire.body[3]
+    metadata = metadata if type(metadata) is bytes else as_bytes(metadata)
     if b"cellId" not in metadata:  # most frontends send none: no decoding for them
         return None
     value = loads(metadata).get("cellId")  # the door decoded it already: it is a JSON object

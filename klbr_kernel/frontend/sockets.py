@@ -116,7 +116,7 @@ class Frontend:
         """
         prefix, body = protocol.split(frames)
         header, parent, _, _ = protocol.verify(body, self._sign)
-        signature = protocol.as_bytes(body[0])
+        signature = body[0] if type(body[0]) is bytes else protocol.as_bytes(body[0])
         try:
             header_object, parent_object = loads(header), loads(parent)
         except (ValueError, RecursionError):  # not UTF-8, not JSON, or nested past the parser's depth
@@ -125,7 +125,8 @@ class Frontend:
         if not isinstance(header_object, dict) or not isinstance(parent_object, dict):
             msg = "header is not an object"
             raise MalformedMessage(msg)
-        wire = Wire([protocol.as_bytes(frame) for frame in prefix], body, header_object, parent_object)
+        wire = Wire([frame if type(frame) is bytes else protocol.as_bytes(frame) for frame in prefix], body,
+                    header_object, parent_object)
         if signature and signature in self._seen:
             if wire.msg_type != "execute_request":
                 self.drops.drop(channel, "a replay (its signature was taken already)", f"a {str(wire.msg_type)[:100]}")

@@ -24,9 +24,6 @@ class Boundary(Protocol):
     def guard(self, req: Request | None, handle: Callable[..., Any], *args: Any) -> None:
         """Call `handle(*args)`; if it raises, `fail` answers `req`."""
 
-    def guarded(self, req: Request, handle: Callable[..., Any]) -> Callable[..., None]:
-        """`handle` as a callback (of the store, a timer) behind the boundary for `req`."""
-
     def start(self, work: Coroutine[Any, Any, Any], what: str, req: Request | None = None) -> None:
         """Background work (an interrupt, a shutdown, a `%klbr` cell); if it fails, `req` is answered."""
 

@@ -14,12 +14,14 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from functools import partial
 
 from jupyter_client.session import Session
 
 from klbr_supervisor.generation import Generation
 from klbr_supervisor.messages.protocol import DELIM, Frames, as_bytes
 from klbr_supervisor.messages.wire import Wire
+from klbr_supervisor.store import StoreError
 from klbr_supervisor.supervisor import Supervisor
 
 from ..cell_log.recording import OUTPUT_TYPES, CellLog
@@ -107,7 +109,7 @@ class Delivery:
         body = req.wire.body
         session = self._session
         content = session.pack(dict(req.content, stop_on_error=False, code=req.worker_code))
-        parts = [as_bytes(body[1]), as_bytes(body[2]), as_bytes(body[3]), content]
+        parts = [part if type(part) is bytes else as_bytes(part) for part in body[1:4]] + [content]
         return [DELIM, session.sign(parts), *parts, *body[5:]]
 
     # -- from the worker ---------------------------------------------------------------------------
@@ -300,9 +302,15 @@ class Delivery:
     def _commit(self, req: Request) -> None:
         assert req.record is not None, "only a recorded cell's outcome is committed"
         req.commit.begin(req.record.output_bytes)
-        if self._cell_log.finish(req, req.reply_content or {},
-                                 self._boundary.guarded(req, lambda error: self._committed(req))):
+        if self._cell_log.finish(req, req.reply_content or {}, partial(self._committed_late, req)):
             self._committed(req)
+
+    def _committed_late(self, req: Request, error: StoreError | None) -> None:
+        """The store's callback, once an outcome that had to wait for its writer is in."""
+        try:
+            self._committed(req)
+        except Exception as e:
+            self._boundary.fail(req, e)
 
     def _committed(self, req: Request) -> None:
         req.commit.landed()

@@ -12,10 +12,12 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Sequence
+from functools import partial
 from typing import Any
 
 from jupyter_client.session import Session
 
+from klbr_supervisor.store import StoreError
 from klbr_supervisor.supervisor import Supervisor
 
 from ..cell_log.recording import CellLog
@@ -114,14 +116,19 @@ class OwnAnswers:
     def _record(self, req: Request, content: dict[str, Any], outputs: Sequence[tuple[str, dict[str, Any]]] = ()) -> bool:
         """The outcome of a cell answered here, durable before its held reply goes out (semantics 3):
         True when it is already; otherwise the reply is released once the row is committed."""
-        then = self._boundary.guarded(req, lambda error: self._committed(req))
+        then = partial(self._committed_late, req)
         if req.record is not None:  # its row says `running`: say how it ended
             return self._cell_log.finish(req, content, then)
         return self._cell_log.answered(req, content, then, outputs)
 
-    def _committed(self, req: Request) -> None:
-        if req.phase is Phase.ANSWERED:  # not released meanwhile by a shutdown
-            self.release(req)
+    def _committed_late(self, req: Request, error: StoreError | None) -> None:
+        """The store's callback, once a row that had to wait for its writer is in (or failed: the
+        answer goes out all the same, and the store pauses the session)."""
+        try:
+            if req.phase is Phase.ANSWERED:  # not released meanwhile by a shutdown
+                self.release(req)
+        except Exception as e:
+            self._boundary.fail(req, e)
 
     def abort(self, req: Request) -> None:
         """Answer `req` aborted, unrun (queued behind an error, or at shutdown), and record it so:

@@ -157,10 +157,6 @@ class Proxy:
         except Exception as e:
             self.fail(req, e)
 
-    def guarded(self, req: Request, handle: Callable[..., Any]) -> Callable[..., None]:
-        """`handle` as a callback (of the store, a timer) behind the boundary for `req`."""
-        return lambda *args: self.guard(req, handle, *args)
-
     def start(self, work: Coroutine[Any, Any, Any], what: str, req: Request | None = None) -> None:
         """Background work (an interrupt, a shutdown, a `%klbr` cell); if it fails, `req` is answered."""
         assert self._tasks is not None  # `run` made it, before anything can start work

@@ -36,17 +36,12 @@ _EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
 class WorkerChannels:
     """Created by a `Generation` once its worker is launched; closed when the generation ends."""
 
-    def __init__(self, name: str, context: zmq.Context[zmq.Socket[bytes]], session: Session,
-                 on_message: Callable[[str, Frames], None], on_change: Callable[[], None],
-                 log: logging.Logger):
-        """`on_message(channel, frames)` receives every message from the worker (its frames as bytes),
-        on the loop;
-        `on_change()` is called whenever a channel connects or disconnects."""
+    _on_change: Callable[[], None]  # a channel connected or disconnected (`connect`)
+
+    def __init__(self, name: str, context: zmq.Context[zmq.Socket[bytes]], session: Session, log: logging.Logger):
         self._name = name
         self._context = context
         self._session = session
-        self._on_message = on_message
-        self._on_change = on_change
         self._log = log
         self._channels: dict[str, LoopSocket] = {}
         self._monitors: dict[str, LoopSocket] = {}
@@ -54,11 +49,15 @@ class WorkerChannels:
         self._changed = asyncio.Event()  # set at each connection event, for `drain`
         self.closed = False
 
-    def connect(self, endpoints: dict[str, str]) -> None:
+    def connect(self, endpoints: dict[str, str], on_message: Callable[[str, Frames], None],
+                on_change: Callable[[], None]) -> None:
         """Connect to the worker's `endpoints` (channel -> url); the worker may not have bound yet.
-        Nothing, once closed (its generation ended while its launch reported)."""
+        From now on `on_message(channel, frames)` receives every message from the worker (its frames
+        as bytes), on the loop, and `on_change()` is called whenever a channel connects or
+        disconnects. Nothing, once closed (its generation ended while its launch reported)."""
         if self.closed:
             return
+        self._on_change = on_change
         for name in CHANNELS:
             sock = self._context.socket(_KINDS[name])
             sock.linger = 0
@@ -77,7 +76,7 @@ class WorkerChannels:
             monitor = sock.get_monitor_socket(_EVENTS)
             self._monitors[name] = LoopSocket(f"{self._name}.{name}-monitor", monitor, partial(self._event, name))
             sock.connect(endpoints[name])
-            self._channels[name] = LoopSocket(f"{self._name}.{name}", sock, partial(self._on_message, name), copy=True)
+            self._channels[name] = LoopSocket(f"{self._name}.{name}", sock, partial(on_message, name), copy=True)
 
     def connected(self, channel: str) -> bool:
         return channel in self._connected

@@ -71,10 +71,7 @@ class Generation:
         self._on_end = on_end
         self.log = log
         self._identity: dict[str, Any] | None = None
-        # Lambdas, not bound methods: `_traffic` and `_readiness` are made below, from the channels.
-        self._channels = WorkerChannels(f"gen{number}", zmq_context, self._session,
-                                        lambda channel, frames: self._traffic.received(channel, frames),  # noqa: PLW0108 — late-bound
-                                        lambda: self._readiness.check(), log)  # noqa: PLW0108 — late-bound
+        self._channels = WorkerChannels(f"gen{number}", zmq_context, self._session, log)
         self._readiness = Readiness(f"generation {number}", self._session, self._channels, log)
         # A worker elsewhere gets a key of its own, and its traffic is re-signed (`resign`).
         resigner = None if target.shares_key else Resigner(target.session, session)
@@ -154,7 +151,8 @@ class Generation:
         self._set_state(GenerationState.STARTING, "launched")
         if not target.shares_key:
             take_key(self._session, info)
-        self._channels.connect({name: endpoint(info, name) for name in CHANNELS})
+        self._channels.connect({name: endpoint(info, name) for name in CHANNELS}, self._traffic.received,
+                               self._readiness.check)
         self._readiness.probe()
         ready = self._readiness.ready
         try:

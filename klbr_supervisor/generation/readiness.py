@@ -33,7 +33,7 @@ class Readiness:
         self.kernel_info: dict[str, Any] = {}
         self.own_ids: set[str] = set()  # msg_ids of the generation's own requests
         self._asked: dict[str, asyncio.Future[Wire]] = {}  # those whose reply someone awaits
-        self._iopub_seen = False
+        self.iopub_seen = False  # a message came on iopub: its subscription is there
 
     def probe(self) -> None:
         """Ask kernel_info; readiness is its reply plus proof that iopub is subscribed."""
@@ -64,9 +64,9 @@ class Readiness:
             self._asked.pop(msg["header"]["msg_id"], None)
 
     def iopub(self) -> None:
-        """A message came on iopub: the subscription is there."""
-        if not self._iopub_seen:
-            self._iopub_seen = True
+        """A message came on iopub: the subscription is there (told until `iopub_seen`)."""
+        if not self.iopub_seen:
+            self.iopub_seen = True
             self.check()
 
     def reply(self, wire: Wire) -> None:
@@ -85,7 +85,7 @@ class Readiness:
         """Ready once kernel_info is answered, iopub subscribed and stdin connected."""
         if self.ready.done() or not self.kernel_info:
             return
-        if self._iopub_seen:
+        if self.iopub_seen:
             if self._channels.connected("stdin"):
                 self.ready.set_result(None)
         else:

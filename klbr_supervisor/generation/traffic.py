@@ -60,7 +60,8 @@ class Traffic:
         readiness = self._readiness
         own = readiness.own_ids
         if channel == "iopub":
-            readiness.iopub()
+            if not readiness.iopub_seen:
+                readiness.iopub()
             if wire.parent_id in own or wire.msg_type == "iopub_welcome":
                 return
             if not wire.parent_id and wire.msg_type not in _UNPARENTED_FOR_FRONTEND:

@@ -62,9 +62,11 @@ class Wire:
         `MalformedMessage` if they are not a message. The signature is not checked here: a shared-key
         worker's is the frontend's to check, a re-signed worker's was checked by `resign`."""
         prefix, body = split(frames)
+        header, parent = body[1], body[2]
         try:
-            header = loads(as_bytes(body[1]))
-            parent = loads(as_bytes(body[2]))
+            # Received as bytes on every path a cell takes: checked inline, as `as_bytes` would.
+            header = loads(header if type(header) is bytes else as_bytes(header))
+            parent = loads(parent if type(parent) is bytes else as_bytes(parent))
         except (ValueError, UnicodeDecodeError) as e:
             msg = f"undecodable header: {e}"
             raise MalformedMessage(msg) from None
@@ -93,14 +95,16 @@ class Wire:
     def content(self) -> dict[str, Any]:
         """The decoded content, on demand (replies whose status matters, stdin requests)."""
         if self._content is None:
-            self._content = loads(as_bytes(self.body[4]))
+            content = self.body[4]
+            self._content = loads(content if type(content) is bytes else as_bytes(content))
         return self._content
 
     @property
     def execution_state(self) -> Any:
         """A status message's `execution_state`: read from its content's bytes when they are
         spelled as above, else decoded (whatever JSON the worker sent)."""
-        state = _STATES.get(as_bytes(self.body[4]))
+        content = self.body[4]
+        state = _STATES.get(content if type(content) is bytes else as_bytes(content))
         return state if state is not None else self.content.get("execution_state")
 
     def frames(self) -> Frames:
