@@ -5,7 +5,8 @@ Driven by the proxy (or a test, with no proxy: `tests/test_supervisor.py`) throu
 `WorkerListener`, each message of the current generation after its own watch of the running cell
 has seen it (`cells`: busy, input, count, reply and idle). It never sees a frontend.
 Decisions (ladder, deadlines, budget, poison, refusals, retries) are the `Policy`'s; this class and
-`CellWatch` carry them out. Its own state, and what follows a generation's end, are `succession`'s.
+`CellWatch` carry them out. Which generations there are, its state, and what follows a generation's
+end are its `succession`'s (`Succession`, which owns them).
 """
 
 from __future__ import annotations
@@ -42,7 +43,7 @@ from .targets.factory import check, kind_for, target_for
 from .tasks import Tasks
 
 
-class Supervisor(Succession, SupervisorSettings):
+class Supervisor(SupervisorSettings):
     """Configured as `Supervisor.*` (see `settings`)."""
 
     def __init__(self, listener: WorkerListener, *, session: Session, notebook: str | None = None,
@@ -68,22 +69,19 @@ class Supervisor(Succession, SupervisorSettings):
             restart_window=self.restart_window,
             poison_after=self.poison_after,
         )
-        self.state = SupervisorState.SERVING
-        self._refusal: Refusal | None = None  # in a HALTED state: what requests are told
         # Where generations run now. A spec that names no placement is kept as such: every start
         # fails saying why (`targets.factory.Nowhere`), never a silent fallback to local.
         try:
             self.where: Placement = parse(self.placement)
         except PlacementError:
             self.where = Placement(self.placement, "invalid")
-        self.current: Generation | None = None
-        self.spare: Generation | None = None
-        # Generations not yet ended (current, spare, and any being stopped); an ended one is let go
-        # of, and only its row in the store remains.
-        self._live: set[Generation] = set()
         self._numbers = itertools.count(1)
         self.cells = CellWatch(self.policy, self.kill_grace, self.log, self._cell_finished)
         self.host = HostService(self, parent=self)
+        self.succession = Succession(
+            listener=listener, policy=self.policy, store=self.store, host=self.host, cells=self.cells, log=self.log,
+            launch=lambda spare: self._launch(spare=spare), record_start=self._record_start,
+            standby=lambda: self.standby_on, kill_grace=self.kill_grace, restart_window=self.restart_window)
         self._stopped = asyncio.Event()
         self._tasks: Tasks | None = None
         self._zmq: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
@@ -96,6 +94,21 @@ class Supervisor(Succession, SupervisorSettings):
         self._first = first  # generation 1's target adopts it
         self._runtime_dir = first.runtime_dir if first is not None else tempfile.mkdtemp(prefix="klbr-")
 
+    @property
+    def current(self) -> Generation | None:
+        """The generation that serves, or will once it has started (its succession's)."""
+        return self.succession.current
+
+    def ensure_started(self) -> None:
+        """Called by the proxy when a request waits: start a generation if none is alive or starting."""
+        self.succession.ensure_started()
+
+    @property
+    def _background(self) -> Tasks:
+        """Where background work runs: made by `run` before any generation starts."""
+        assert self._tasks is not None, "no background work before Supervisor.run"
+        return self._tasks
+
     # -- lifecycle ---------------------------------------------------------------------------------
 
     async def run(self) -> None:
@@ -103,7 +116,7 @@ class Supervisor(Succession, SupervisorSettings):
         self._reaper = Reaper.start(self._runtime_dir)
         try:
             async with asyncio.TaskGroup() as tg:
-                self._tasks = self.cells.tasks = Tasks(tg, self.log)
+                self._tasks = self.cells.tasks = self.succession.tasks = Tasks(tg, self.log)
                 self.host.start(f"ipc://{os.path.join(self._runtime_dir, 'host')}", self._zmq, self._reaper)
                 self._launch(spare=False)  # first: the worker starts while the store opens
                 self.store.open(uuid=self.session.session, **self._labels)
@@ -126,14 +139,10 @@ class Supervisor(Succession, SupervisorSettings):
         gen = Generation(
             number, target=target, session=self.session, worker_args=self.worker_args,
             worker_options=self.worker_options, zmq_context=self._zmq, on_message=self._message,
-            on_end=self._ended, log=self.log, credentials=Credentials.from_environ(host), link_timeout=self.link_timeout,
+            on_end=self.succession.ended, log=self.log, credentials=Credentials.from_environ(host), link_timeout=self.link_timeout,
             memory_limit=self.memory_limit_bytes)
         self.host.admit(gen, gen.credentials)
-        self._live.add(gen)
-        if spare:
-            self.spare = gen
-        else:
-            self.current = gen
+        self.succession.add(gen, spare=spare)
         self._background.start(self._bring_up(gen), f"starting generation {number}")
         return gen
 
@@ -141,7 +150,7 @@ class Supervisor(Succession, SupervisorSettings):
         try:
             # Checked first as `%klbr placement` checks: the configured placement, and again after
             # a failed start (the failure then names what is missing, not just the worker's exit).
-            first = gen.number == 1 or self.state is SupervisorState.START_FAILED
+            first = gen.number == 1 or self.succession.state is SupervisorState.START_FAILED
             started = await gen.start(self.startup_timeout, self._check(gen.placement) if first else None)
         except Exception:
             # A bug here must cost one generation, not the kernel: it ends as a failed start.
@@ -149,17 +158,18 @@ class Supervisor(Succession, SupervisorSettings):
             await gen.stop(EndReason.START_FAILED, self.kill_grace)
             return
         if not started:
-            return  # `_ended` has dealt with it
-        if self.state is SupervisorState.STOPPING:
+            return  # its end has been dealt with (`Succession.ended`)
+        succession = self.succession
+        if succession.state is SupervisorState.STOPPING:
             await gen.stop(EndReason.SHUTDOWN, self.kill_grace)
-        elif gen is self.current:
-            self._set_state(SupervisorState.SERVING, f"generation {gen.number} serves")
+        elif gen is succession.current:
+            succession.set_state(SupervisorState.SERVING, f"generation {gen.number} serves")
             self._record_start(gen)
             self.listener.generation_ready(gen)
             # Warm the spare a moment later: started at once, its imports compete for the CPU with
             # the first cells, which the user is waiting for (start -> first cell).
-            asyncio.get_running_loop().call_later(self.standby_delay, self._ensure_spare)
-        # A spare stays ready, unused, until `_takeover`.
+            asyncio.get_running_loop().call_later(self.standby_delay, succession.ensure_spare)
+        # A spare stays ready, unused, until `Succession.takeover`.
 
     async def _check(self, placement: Placement) -> None:
         """The configured first placement, checked as `%klbr placement` checks a new one (ssh://'s
@@ -173,13 +183,13 @@ class Supervisor(Succession, SupervisorSettings):
         """`%klbr restart`: a new generation now; the budget, a crash loop and poison start over."""
         self.policy.reset_restarts()
         self.policy.clear_poison()
-        self._resume("restart")
+        self.succession.resume("restart")
         gen = self.current
         self.store.event("restart", {"generation": gen.number if gen else None})
         if gen is not None and gen.ending is None:
-            await gen.stop(EndReason.RESTART, self.kill_grace)  # `_ended` hands over to the spare
+            await gen.stop(EndReason.RESTART, self.kill_grace)  # its end hands over to the spare
         else:
-            self._takeover()
+            self.succession.takeover()
 
     async def relocate(self, spec: str, *, check_first: bool = True) -> Generation | None:
         """`%klbr placement SPEC`, between cells: the current generation ends (`relocated`) and a new
@@ -193,15 +203,15 @@ class Supervisor(Succession, SupervisorSettings):
         old, before = self.current, self.where
         self.where = target
         self.policy.reset_restarts()
-        self._resume("placement")
+        self.succession.resume("placement")
         self.store.event("placement", {"from": before.spec, "to": target.spec,
                                        "generation": old.number if old else None})
         self.log.info("placement %s -> %s", before, target)
-        self._stop_spare()  # it waits on the old placement
+        self.succession.stop_spare()  # it waits on the old placement
         if old is not None and old.ending is None:
-            await old.stop(EndReason.RELOCATED, self.kill_grace)  # `_ended` starts the new one
+            await old.stop(EndReason.RELOCATED, self.kill_grace)  # its end starts the new one
         else:
-            self._takeover()
+            self.succession.takeover()
         new = self.current
         if new is None:
             return None
@@ -214,10 +224,10 @@ class Supervisor(Succession, SupervisorSettings):
 
     async def shutdown(self) -> None:
         """End every generation (SIGTERM, SIGKILL after `kill_grace`); nothing respawns."""
-        self._set_state(SupervisorState.STOPPING, "shutdown")
+        self.succession.set_state(SupervisorState.STOPPING, "shutdown")
         self.host.shutdown()  # its commands end too: `run` waits for their tasks
         try:
-            await asyncio.gather(*(g.stop(EndReason.SHUTDOWN, self.kill_grace) for g in list(self._live)))
+            await asyncio.gather(*(g.stop(EndReason.SHUTDOWN, self.kill_grace) for g in list(self.succession.live)))
         finally:
             self._stopped.set()  # nothing respawns; the reaper takes whatever is left
 
@@ -256,7 +266,7 @@ class Supervisor(Succession, SupervisorSettings):
         return cell if gen.send("shell", frames) else None
 
     def _cell_finished(self, cell: RunningCell) -> None:
-        self.host.cell_ended(cell, stopping=self.state is SupervisorState.STOPPING)
+        self.host.cell_ended(cell, stopping=self.succession.state is SupervisorState.STOPPING)
 
     def start_task(self, work: Coroutine[Any, Any, Any], what: str,
                    on_error: Callable[[Exception], None] | None = None) -> None:
@@ -267,8 +277,9 @@ class Supervisor(Succession, SupervisorSettings):
         """Why a request must not run now, if it must not: the restart budget is spent or the link
         lost (nothing can run until the user says), or `code` (an execute's) killed its worker too
         often in a row."""
-        if self.current is None and self._refusal is not None:
-            return self._refusal
+        succession = self.succession
+        if succession.current is None and succession.refusal is not None:
+            return succession.refusal
         if code is not None and self.policy.is_poisoned(code):
             return Refusal("poisoned", self.policy.poison_count())
         return None
@@ -289,12 +300,12 @@ class Supervisor(Succession, SupervisorSettings):
         self.policy.session_timeout = seconds
 
     def status(self) -> dict[str, Any]:
-        gen, spare = self.current, self.spare
+        gen, spare, refusal = self.current, self.succession.spare, self.succession.refusal
         stopped = {"placement_lost": "stopped: link lost", "crash_loop": "stopped: crash loop"}
         return {
             "generation": gen.number if gen else None,
             "pid": gen.pid if gen else None,
-            "state": gen.state.shown if gen else stopped.get(self._refusal.reason if self._refusal else "", "none"),
+            "state": gen.state.shown if gen else stopped.get(refusal.reason if refusal else "", "none"),
             "uptime": gen.uptime if gen else None,
             "placement": self.where.spec,
             "standby": (spare.state.shown if spare else "none") if self.standby_on else "off",

@@ -69,7 +69,7 @@ NO_IPYTHON_HISTORY = ("--HistoryManager.enabled=False",)
 KLBR_SECTIONS = frozenset({
     "KlbrKernelApp", "JupyterApp", "Application", "SingletonConfigurable", "LoggingConfigurable",
     "Configurable", "HasTraits", "HasDescriptors", "Supervisor", "SupervisorSettings", "Store",
-    "HostService", "Session", "Succession"})
+    "HostService", "Session"})
 KLBR_NAMES = frozenset({"debug", "show-config", "show-config-json", "generate-config", "y", "log-level",
                         "config", "f"})
 
