@@ -35,6 +35,7 @@ from typing import Any
 
 from klbr_kernel.cell_log.recording import CellLog
 from klbr_kernel.proxy.brackets import Brackets
+from klbr_kernel.requests.execute import Execute
 from klbr_supervisor.store import Store
 
 
@@ -44,23 +45,27 @@ class _Wire:
 
 
 class _Execute:
-    """A trivial execute_request as `Resends` and `CellLog` read it."""
+    """A trivial execute_request as `Resends`, `Brackets` and `CellLog` read it: its own state is
+    klbr's `Execute`, the rest what they read of a `Request`."""
 
     msg_type = "execute_request"
     counts = True
     code = "pass"
     generation = None
-    outcome = None
-    interrupted = False
 
     def __init__(self, client: str, msg_id: str, digest: str, metadata: bytes = b"{}"):
         self.wire = _Wire(metadata)
         self.header = {"session": client, "msg_id": msg_id}
         self.msg_id = msg_id
-        self.digest = digest
-        self.record = None
-        self.reply_content: dict[str, Any] | None = None
-        self.duplicates: list[Any] = []
+        self.execute = Execute(digest=digest)
+
+    @property
+    def digest(self) -> str:
+        return self.execute.digest
+
+    @property
+    def record(self) -> Any:
+        return self.execute.record
 
 
 def _settled(error: object) -> None:
@@ -89,7 +94,7 @@ async def _cells(store: Store, n: int, clients: list[str], counter: list[int], j
             await asyncio.sleep(0)
         await asyncio.sleep(0)  # the worker runs it
         content = {"status": "ok", "execution_count": i, "user_expressions": {}, "payload": []}
-        req.reply_content = content
+        brackets.decided(req, content)  # type: ignore[arg-type]
         if not log.finish(req, content, _settled):  # type: ignore[arg-type]
             await asyncio.sleep(0)
         brackets.replied(req)  # type: ignore[arg-type]

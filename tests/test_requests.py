@@ -7,6 +7,7 @@ one session serves a request of each kind, with its debug log on, where the door
 
 from __future__ import annotations
 
+import ast
 import itertools
 import json
 import os
@@ -14,6 +15,7 @@ import re
 import signal
 import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 from jupyter_client.kernelspec import KernelSpecManager
@@ -208,3 +210,71 @@ def test_which_requests_expect_a_reply_from_the_worker():
     control = Request("control", Wire([], [], {"msg_type": "debug_request", "msg_id": "d"}, {}))
     assert control.expects_reply
     assert not Request("control", Wire([], [], {"msg_type": "abort_request", "msg_id": "a"}, {})).expects_reply
+
+
+# -- each field of a request has one writer ---------------------------------------------------------
+
+KERNEL = Path(__file__).resolve().parent.parent / "klbr_kernel"
+# Who a field's comment names as its writer ("the door: ..."), and the module that is.
+WRITERS = {"the door": "frontend.door", "itself": "requests", "current": "requests.current",
+           "delivery": "proxy.delivery", "brackets": "proxy.brackets", "dispatch": "proxy.dispatch",
+           "the cell log": "cell_log.recording", "the execution counts": "requests.counts",
+           "lifecycle": "proxy.lifecycle", "own": "proxy.own", "resends": "proxy.resends"}
+# Names a request goes by where it is written (`req`, a followed `target`, the `execute` of one).
+REQUEST_NAMES = {"req", "target", "original", "live", "followed", "execute", "dup", "r"}
+
+
+def _fields(cls: str, path: Path) -> dict[str, str]:
+    """The fields of dataclass `cls` in `path`, each with the writer its comment names."""
+    lines = path.read_text().splitlines()
+    tree = ast.parse("\n".join(lines))
+    (node,) = [n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == cls]
+    found = {}
+    for item in node.body:
+        if isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+            comment = lines[item.lineno - 1].partition("#")[2].strip()
+            found[item.target.id] = next((w for w in WRITERS if comment.startswith(w)), comment)
+    return found
+
+
+def _writes() -> dict[str, set[str]]:
+    """Per field name, the modules of klbr_kernel that assign it (or append to it, clear it, ...)
+    on something named as a request is."""
+    writes: dict[str, set[str]] = {}
+    for path in KERNEL.rglob("*.py"):
+        module = ".".join(path.relative_to(KERNEL).with_suffix("").parts)
+        for node in ast.walk(ast.parse(path.read_text())):
+            targets: list[ast.expr] = []
+            if isinstance(node, ast.Assign):
+                targets = [t for target in node.targets for t in (target.elts if isinstance(target, ast.Tuple) else [target])]
+            elif isinstance(node, ast.AugAssign):
+                targets = [node.target]
+            elif (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
+                  and node.func.attr in ("append", "remove", "extend", "clear", "pop", "begin", "landed")):
+                targets = [node.func.value]
+            for target in targets:
+                if not isinstance(target, ast.Attribute):
+                    continue
+                owner = target.value
+                named = (isinstance(owner, ast.Name) and owner.id in REQUEST_NAMES) or (
+                    isinstance(owner, ast.Attribute) and owner.attr == "execute")
+                if named or (isinstance(owner, ast.Name) and owner.id == "self" and module.startswith("requests.")):
+                    writes.setdefault(target.attr, set()).add(module)
+    return writes
+
+
+def test_each_field_of_a_request_is_written_by_the_one_writer_its_comment_names():
+    """`Request` and its `Execute` name, beside each field, the one part that writes it (or the
+    request itself, through a method); no other module writes it."""
+    fields = {**_fields("Request", KERNEL / "requests" / "request.py"),
+              **_fields("Execute", KERNEL / "requests" / "execute.py")}
+    unnamed = {name: comment for name, comment in fields.items() if comment not in WRITERS}
+    assert not unnamed, f"fields whose comment names no writer: {unnamed}"
+    writes = _writes()
+    wrong = {}
+    for name, writer in fields.items():
+        module = WRITERS[writer]
+        others = {m for m in writes.get(name, ()) if not (m == module or m.startswith(module + "."))}
+        if others:
+            wrong[name] = (writer, sorted(others))
+    assert not wrong, f"written elsewhere than by its writer: {wrong}"

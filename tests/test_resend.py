@@ -158,7 +158,7 @@ class _Kernel:
         self.count += 1
         assert self.cell_log.start(req, 1, _failed)
         content = {"status": "ok", "execution_count": self.count}
-        req.reply_content = content
+        self.brackets.decided(req, content)
         assert self.cell_log.finish(req, content, _failed)
         self.brackets.replied(req)
         return False

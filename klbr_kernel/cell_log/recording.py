@@ -160,10 +160,20 @@ class CellLog:
     # -- writing -----------------------------------------------------------------------------------
 
     def start(self, req: Request, generation: int | None, then: Then) -> bool:
-        """The cell's `running` row, committed before the worker sees it (semantics 3)."""
-        req.record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, generation, req.digest,
-                                frontend_cell_id(req))
-        return self._store.cell_started(req.record, then)
+        """The cell's `running` row, committed before the worker sees it (semantics 3). A row that
+        could not be written leaves it unrecorded before `then` hears so."""
+        execute = req.execute
+        assert execute is not None, "a cell is an execute"
+        record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, generation, execute.digest,
+                            frontend_cell_id(req))
+        execute.record = record
+
+        def written(error: StoreError | None) -> None:
+            if error is not None:
+                execute.record = None
+            then(error)
+
+        return self._store.cell_started(record, written)
 
     def output(self, req: Request, msg_type: str, content: Buffer) -> None:
         """`content` is the message's content frame (a zmq.Frame or bytes), recorded as sent."""
@@ -173,11 +183,12 @@ class CellLog:
     def finish(self, req: Request, content: dict[str, Any], then: Then) -> bool:
         """The outcome of a recorded cell (one `start` wrote the row of), `content` being the reply the
         frontend gets."""
-        assert req.record is not None
+        execute = req.execute
+        assert execute is not None and execute.record is not None, "only a recorded cell finishes"
         generation = req.generation.number if req.generation else None
         memory = req.generation.memory if req.generation else None
-        status = cell_status(content, own=req.outcome, interrupted=req.interrupted)
-        return self._store.cell_finished(req.record, status=status, count=content.get("execution_count"),
+        status = cell_status(content, own=execute.outcome, interrupted=execute.interrupted)
+        return self._store.cell_finished(execute.record, status=status, count=content.get("execution_count"),
                                          error=_error_text(content), reply=content, generation=generation, done=then,
                                          memory_peak=memory.cell_ended() if memory is not None else None)
 
@@ -191,6 +202,7 @@ class CellLog:
             return True
         record = CellRecord(req.msg_id, req.header.get("session", ""), req.code, None, req.digest,
                             frontend_cell_id(req))
-        status = cell_status(content, own=req.outcome, interrupted=False)
+        status = cell_status(content, own=req.execute.outcome if req.execute is not None else None,
+                             interrupted=False)
         return store.answered(record, status=status, count=content.get("execution_count"),
                               error=_error_text(content) or "", reply=content, outputs=outputs, done=then)

@@ -61,10 +61,10 @@ class Following:
         read; they hold what comes until `caught_up`."""
         followed: Followed = []
         for target in self.live_cells():
-            if target.msg_id in comm.following:
+            if target.msg_id in comm.following or target.execute is None:
                 continue
             follower = Follower(req, partial(self._relay, comm, target))
-            target.followers.append(follower)
+            target.execute.follow(follower)
             comm.following[target.msg_id] = (target, follower)
             followed.append((target, follower))
         return followed
@@ -78,8 +78,8 @@ class Following:
 
     def unfollow(self, comm: OpenComm, msg_id: str) -> None:
         target, follower = comm.following.pop(msg_id, (None, None))
-        if target is not None and follower in target.followers:
-            target.followers.remove(follower)
+        if target is not None and follower is not None and target.execute is not None:
+            target.execute.unfollow(follower)
 
     def unfollow_all(self, comm: OpenComm, followed: Followed | None = None) -> None:
         """Stop following (`followed`, or everything `comm` follows)."""
@@ -99,8 +99,9 @@ class Following:
         """The followed cell is answered (its outcome committed): say how it ended, once."""
         if comm.following.pop(target.msg_id, None) is None or comm.closed:
             return
-        reply = target.reply_content or {}
-        status = cell_status(reply, own=target.outcome, interrupted=target.interrupted) if reply else "aborted"
+        reply, execute = target.reply_content or {}, target.execute
+        status = (cell_status(reply, own=execute.outcome, interrupted=execute.interrupted)
+                  if reply and execute is not None else "aborted")
         self._push(comm, comm.opened, {
             "op": "ended", "msg_id": target.msg_id, "record_id": target.record.id if target.record else None,
             "status": status, "execution_count": reply.get("execution_count", target.count)})

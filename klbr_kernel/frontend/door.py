@@ -32,6 +32,7 @@ from jupyter_client.jsonutil import ISO8601_PAT
 
 from klbr_supervisor.messages.wire import loads
 
+from ..requests.execute import Execute
 from ..requests.request import Request
 
 if TYPE_CHECKING:
@@ -130,7 +131,8 @@ def admit(channel: str, wire: Wire, *, signed: bool) -> Request:
     problem = content_problem(msg_type, content)
     if problem is not None:
         raise Refused(problem)
-    return Request(channel, wire, content, digest=digest(wire, signed) if msg_type == "execute_request" else "")
+    execute = Execute(digest=digest(wire, signed)) if msg_type == "execute_request" else None
+    return Request(channel, wire, content, execute=execute)
 
 
 def digest(wire: Wire, signed: bool) -> str:

@@ -39,14 +39,15 @@ class Replay:
             raise MagicError(msg)
         live = self._queue.inflight
         record = live.record if live is not None and live.with_worker else None  # a cell running on a worker
+        followed = live.execute if live is not None and record is not None else None
         follower, before = None, None
-        if live is not None and record is not None:
+        if followed is not None and record is not None:
             # What it has recorded so far is read from the log; what it prints from now on, the
             # follower relays, so nothing is shown twice or missed.
             before = record.seq + 1
             if spec.follow:
                 follower = Follower(req, self.publish)
-                live.followers.append(follower)
+                followed.follow(follower)
         try:
             await cell_log.settled()
             row = cell_log.replay_cell(self._notebook, cell_id=spec.cell_id, count=spec.count)
@@ -64,8 +65,8 @@ class Replay:
                 status = (running.reply_content or {}).get("status", "?")
                 self._show(req, "stream", {"name": "stdout", "text": f"klbr replay: cell {row['id']} ended {status}.\n"})
         finally:
-            if follower is not None and live is not None and follower in live.followers:
-                live.followers.remove(follower)
+            if follower is not None and followed is not None:
+                followed.unfollow(follower)
 
     @staticmethod
     def _missing(spec: ReplaySpec) -> str:

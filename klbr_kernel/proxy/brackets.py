@@ -1,5 +1,9 @@
-"""What the proxy itself sends back for a request: its own replies and the busy/idle bracket around
-each request it answers (semantics 1); a worker's brackets are relayed by `delivery`."""
+"""What the frontend gets for a request, and the record of what it has had: the proxy's own replies
+and the busy/idle bracket around each request it answers (semantics 1), and the worker's busy and
+reply as `delivery` relays them (the worker's idle and outputs `delivery` forwards itself). It is
+the one writer of what a request keeps of that: `busy_sent`, `reply_sent`, and an execute's answer
+(`decided`: the reply's content, and the status the store records when the proxy wrote it) and
+whether its reply found its frontend gone."""
 
 from __future__ import annotations
 
@@ -7,6 +11,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from jupyter_client.session import Session
+
+from klbr_supervisor.messages.wire import Wire
 
 from ..cell_log.recording import CellLog
 from ..frontend.sockets import Frontend
@@ -48,12 +54,38 @@ class Brackets:
                 f"read them fast enough; {where}.\n")
         self.frontend.send_iopub("stream", {"name": "stderr", "text": text}, req.header, keep=True)
 
-    def reply(self, req: Request, content: dict[str, Any]) -> None:
+    def decided(self, req: Request, content: dict[str, Any], outcome: str | None = None) -> None:
+        """The reply the frontend gets for `req` is `content` (a cell's is held until its outcome is
+        committed, and kept for the store and for copies sent again); `outcome`, the store status
+        of an answer the proxy wrote itself (`outcomes.cell_status`). Only an execute keeps it."""
+        execute = req.execute
+        if execute is not None:
+            execute.reply_content = content
+            if outcome is not None:
+                execute.outcome = outcome
+
+    def reply(self, req: Request, content: dict[str, Any], outcome: str | None = None) -> None:
         """Send the proxy's own reply to the frontend that asked (`orphaned` if it is gone)."""
-        req.reply_content = content
+        self.decided(req, content, outcome)
         self.replied(req)
         if not self.send(req, content):
-            req.orphaned = True
+            self._orphaned(req)
+
+    def relay_busy(self, req: Request, wire: Wire) -> None:
+        """The worker's busy for `req`, the first it sends (a retried request's second is dropped)."""
+        if not req.busy_sent:
+            req.busy_sent = True
+            self.frontend.publish(wire)
+
+    def relay_reply(self, req: Request, wire: Wire) -> None:
+        """The worker's reply to `req`, as the exact frames it sent (`orphaned` if its frontend is gone)."""
+        self.replied(req)
+        if not self.frontend.forward(req.channel, req.idents, wire.frames()):
+            self._orphaned(req)
+
+    def _orphaned(self, req: Request) -> None:
+        if req.execute is not None:
+            req.execute.orphaned = True
 
     def own(self, req: Request, content: dict[str, Any] | None) -> None:
         """The whole bracket at once: busy (unless already sent), the reply if there is one, idle."""

@@ -90,9 +90,11 @@ class Delivery:
             if generation is not None and generation.next_count != counts.last + 1:
                 sync = (counts.last, counts.catch_up())  # a new worker, or cells answered meanwhile
             counts.reserve(req.msg_id)
-        req.running = self._supervisor.send_execute(
+        execute = req.execute
+        assert execute is not None, "an execute_request is made with its own state"
+        execute.running = self._supervisor.send_execute(
             self._as_worker_execute(req), msg_id=req.msg_id, code=req.worker_code, counts=req.counts,
-            timeout=req.timeout, cell_id=req.record.id if req.record is not None else None, sync=sync)
+            timeout=execute.timeout, cell_id=execute.record.id if execute.record is not None else None, sync=sync)
 
     def _as_worker_execute(self, req: Request) -> Frames:
         """The execute as the worker gets it: stop_on_error off (the proxy applies it), and the
@@ -147,15 +149,11 @@ class Delivery:
             if wire.msg_type == "execute_reply":
                 self._execute_reply(req, wire)
             else:
-                req.reply_content = wire.content if req.msg_type == "execute_request" else None
-                self._hold(req, lambda: self._forward_reply(req, wire))
+                if req.execute is not None:
+                    self._brackets.decided(req, wire.content)
+                self._hold(req, lambda: self._brackets.relay_reply(req, wire))
             if idle_first:
                 self.finished(req)
-
-    def _forward_reply(self, req: Request, wire: Wire) -> None:
-        self._brackets.replied(req)
-        if not self._frontend.forward(req.channel, req.idents, wire.frames()):
-            req.orphaned = True
 
     def _execute_reply(self, req: Request, wire: Wire) -> None:
         content = wire.content
@@ -169,12 +167,12 @@ class Delivery:
             # that caught it and went on to another end is answered with that end.)
             error = timeout_error(req.count, running.deadline.seconds if running.deadline else None, killed=False)
             content = {"status": "error", **error.content(), "execution_count": count}
-            req.reply_content, req.outcome = content, error.status
+            self._brackets.decided(req, content, error.status)
             self._own.output(req, "error", error.content())
             self._hold(req, lambda: self._brackets.reply(req, content))
         else:
-            req.reply_content = content
-            self._hold(req, lambda: self._forward_reply(req, wire))
+            self._brackets.decided(req, content)
+            self._hold(req, lambda: self._brackets.relay_reply(req, wire))
         if req.record is not None and req is self._queue.inflight:
             # The outcome commits now, while the worker's idle is still on its way: usually it is
             # durable before the idle arrives, and nothing waits for it.
@@ -189,28 +187,26 @@ class Delivery:
             if req is None or not req.with_worker:
                 return
             state = wire.execution_state
-            if state == "busy" and not req.busy_sent:
-                req.busy_sent = True
-                frontend.publish(wire)
+            if state == "busy":
+                self._brackets.relay_busy(req, wire)
             elif state == "idle" and req.awaits_idle:
                 self._hold(req, lambda: self._forward_idle(req, wire))
                 self._idle(req)
             return
         frontend.publish(wire)
         if msg_type in OUTPUT_TYPES:
-            if req is not None:
-                if req.record is not None:
+            execute = req.execute if req is not None else None
+            if req is not None and execute is not None:
+                if execute.record is not None:
                     self._cell_log.output(req, msg_type, wire.body[4])
                 if not frontend.subscriptions:
-                    req.unseen += 1
-                for follower in req.followers:
+                    execute.published_unseen()
+                for follower in execute.followers:
                     follower.output(msg_type, wire.content)
         elif msg_type == "execute_input":
             count = wire.content.get("execution_count")
             if req is not None and isinstance(count, int):
-                req.count = count
-                if req.counts:
-                    self._counts.from_worker(count)  # a replay answered meanwhile takes the next
+                self._counts.numbered(req, count)
         elif msg_type == "comm_open":
             self._current.open_comms.add(str(wire.content.get("comm_id", "")))
         elif msg_type == "comm_close":
@@ -262,7 +258,7 @@ class Delivery:
         if req.msg_type == "execute_request":
             content["execution_count"] = req.count if req.count is not None else self._counts.last
             self._own.output(req, "error", error.content())
-        req.reply_content, req.outcome = content, error.status
+        self._brackets.decided(req, content, error.status)
         self._hold(req, lambda: self._brackets.reply(req, content))
         if req.record is not None and req is self._queue.inflight:
             self._commit(req)
@@ -290,19 +286,20 @@ class Delivery:
     def close_bracket(self, req: Request) -> None:
         """A request whose worker ended (or went quiet) after replying: its reply stands, only its
         idle is missing."""
-        req.held.append(lambda: self._brackets.idle(req))
+        req.hold(lambda: self._brackets.idle(req))
         self.finished(req)
 
     def _hold(self, req: Request, send: Callable[[], object]) -> None:
         if req.record is not None:
-            req.held.append(send)
+            req.hold(send)
         else:
             send()
 
     def _commit(self, req: Request) -> None:
-        assert req.record is not None, "only a recorded cell's outcome is committed"
-        req.commit.begin(req.record.output_bytes)
-        if self._cell_log.finish(req, req.reply_content or {}, partial(self._committed_late, req)):
+        execute = req.execute
+        assert execute is not None and execute.record is not None, "only a recorded cell's outcome is committed"
+        execute.commit.begin(execute.record.output_bytes)
+        if self._cell_log.finish(req, execute.reply_content or {}, partial(self._committed_late, req)):
             self._committed(req)
 
     def _committed_late(self, req: Request, error: StoreError | None) -> None:
@@ -313,7 +310,8 @@ class Delivery:
             self._boundary.fail(req, e)
 
     def _committed(self, req: Request) -> None:
-        req.commit.landed()
+        assert req.execute is not None, "only a recorded cell's outcome is committed"
+        req.execute.commit.landed()
         self._settle(req)
 
     def _settle(self, req: Request) -> None:
@@ -321,10 +319,11 @@ class Delivery:
         output before the idle, is committed (semantics 3). An output that came between the reply
         and the idle (they travel on different sockets) costs one more commit: counted in bytes, which
         every output adds to, also one past `Store.max_output_bytes` that is counted and not kept."""
-        if req.commit.running or req.phase is not Phase.ANSWERED:
+        execute = req.execute
+        assert execute is not None and execute.record is not None, "only a recorded cell is settled"
+        if execute.commit.in_flight or req.phase is not Phase.ANSWERED:
             return
-        assert req.record is not None, "only a recorded cell is settled"
-        if req.commit.covers(req.record.output_bytes):
+        if execute.commit.covers(execute.record.output_bytes):
             self._own.release(req)
         else:
             self._commit(req)

@@ -127,17 +127,18 @@ class Dispatch:
             self.forward(req)
 
     def _read_magics(self, req: Request) -> None:
-        code = req.code
-        if "%klbr" not in code:
+        """An execute's `%klbr` lines, or its `%%klbr timeout=` first line, read into its own state."""
+        code, execute = req.code, req.execute
+        if "%klbr" not in code or execute is None:
             return  # the common case, without splitting the cell into lines
         try:
-            req.magics = line_magics(code)
-            if req.magics is None:
+            execute.magics = line_magics(code)
+            if execute.magics is None:
                 timed = cell_timeout(code)
                 if timed is not None:
-                    req.timeout, req.body = timed
+                    execute.timeout, execute.body = timed
         except MagicError as e:
-            req.magic_error = str(e)
+            execute.magic_error = str(e)
 
     def _kernel_own(self, req: Request) -> None:
         if req.msg_type == "kernel_info_request":
@@ -163,7 +164,7 @@ class Dispatch:
             if refusal is not None:  # a crash loop: no generation comes until `%klbr restart`
                 self._own.refuse_forwarded(req, refusal_error(refusal))
                 return
-            current.held.append(req)
+            current.hold(req)
             self._supervisor.ensure_started()
             return
         current.send(req)
@@ -230,8 +231,7 @@ class Dispatch:
         """The cell's `running` row is committed (or could not be): now it may run."""
         if req.phase is not Phase.RECORDING:
             return  # answered meanwhile (shutdown)
-        if error is not None:
-            req.record = None
+        if error is not None:  # the cell log left it unrecorded
             self._own.here(req, error=session_paused_error(error))
         elif not self._current.alive:
             req.move(Phase.QUEUED)  # its generation ended meanwhile: it runs on the next one

@@ -109,12 +109,10 @@ class Endings:
             )
         if ending.reason is EndReason.START_FAILED:
             # No worker to wait for: everything queued gets the same answer now, never a hang.
-            for req in self._queue.clear() + current.held:
+            for req in self._queue.clear() + current.take_held():
                 guard(req, self._answer_failed_start, req, ending, generation)
-            current.held.clear()
         elif refusal is not None:  # a crash loop, a lost link
-            held, current.held = current.held, []
-            for req in held:  # comm and control traffic that waited for a generation
+            for req in current.take_held():  # comm and control traffic that waited for a generation
                 guard(req, self._own.refuse_forwarded, req, refusal_error(refusal))
             self._pump(refusal)  # everything queued is refused with its error
 

@@ -45,8 +45,9 @@ class Lifecycle:
         marked first, before the interrupt can land, so a KeyboardInterrupt it replies with is known
         for klbr's doing (`interrupted` in the cell log), never taken from the error's name."""
         req = self._queue.inflight
-        if req is not None and req.awaits_reply and req.generation is self._current.generation:
-            req.interrupted = True
+        if (req is not None and req.execute is not None and req.awaits_reply
+                and req.generation is self._current.generation):
+            req.execute.interrupted = True
         await self._supervisor.interrupt()
 
     async def interrupt_request(self, req: Request) -> None:

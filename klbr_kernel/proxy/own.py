@@ -61,7 +61,7 @@ class OwnAnswers:
         self._brackets.busy(req)
         if req.counts:
             announce = req.count is None  # the worker never said In[n] for it
-            req.count = self._counts.answered(req.code, req.count, req.msg_id)
+            self._counts.number_answered(req)
             if announce:
                 self._frontend.send_iopub("execute_input", {"code": req.code, "execution_count": req.count},
                                           req.header)
@@ -76,26 +76,26 @@ class OwnAnswers:
 
     def unseen(self, req: Request) -> None:
         """`req` is done: if its outputs reached no frontend, the next cell says so, once."""
-        record = req.record
-        if record is None or record.id is None or not (req.unseen or req.orphaned):
+        execute = req.execute
+        record = execute.record if execute is not None else None
+        if execute is None or record is None or record.id is None or not (execute.unseen or execute.orphaned):
             return
-        count = f"cell [{req.count}]" if req.count is not None else "a cell"
-        if req.orphaned:
+        count = f"cell [{execute.count}]" if execute.count is not None else "a cell"
+        if execute.orphaned:
             what = (f"klbr: {count} ended after the frontend that ran it disconnected, so its "
                     f"{record.seq} outputs reached no notebook")
         else:
-            what = f"klbr: {req.unseen} outputs of {count} were published while no frontend was connected"
+            what = f"klbr: {execute.unseen} outputs of {count} were published while no frontend was connected"
         self._unseen.append(f"{what}; `%klbr replay {record.id}` brings them back.\n")
 
     def here(self, req: Request, *, error: CellError | None = None, stdout: str = "") -> None:
         """Answer a queued request without (further) help from a worker: a `%klbr` cell, a refusal,
         or a request whose generation ended."""
         req.move(Phase.ANSWERED)
-        req.outcome = error.status if error is not None else "ok"
-        if req.msg_type != "execute_request":
+        outcome = error.status if error is not None else "ok"
+        if req.execute is None:
             content = {"status": "error", **error.content()} if error else {"status": "ok"}
             self._brackets.own(req, content)
-            req.reply_content = content
             self.release(req)
             return
         self.begin(req)
@@ -108,9 +108,10 @@ class OwnAnswers:
             content = {"status": "error", **error.content(), "execution_count": count}
         else:
             content = {"status": "ok", "execution_count": count, "user_expressions": {}, "payload": []}
-        req.reply_content = content
-        req.held += [lambda: self._brackets.reply(req, content), lambda: self._brackets.idle(req)]
-        if self._record(req, content, req.own_outputs):
+        self._brackets.decided(req, content, outcome)
+        req.hold(lambda: self._brackets.reply(req, content))
+        req.hold(lambda: self._brackets.idle(req))
+        if self._record(req, content, req.execute.own_outputs):
             self.release(req)
 
     def _record(self, req: Request, content: dict[str, Any], outputs: Sequence[tuple[str, dict[str, Any]]] = ()) -> bool:
@@ -143,9 +144,9 @@ class OwnAnswers:
             return
         self.forget(req)
         req.move(Phase.ANSWERED)
-        req.outcome = "aborted"
         content = {"status": "aborted"}
-        req.held.append(lambda: self._brackets.own(req, content if req.msg_type in QUEUED else None))
+        self._brackets.decided(req, content, "aborted")
+        req.hold(lambda: self._brackets.own(req, content if req.msg_type in QUEUED else None))
         # At shutdown the answer goes out now (semantics 13); the row still lands, or the store's
         # close reports it.
         if self._record(req, content) or self._life.state is not ProxyState.SERVING:
@@ -163,12 +164,15 @@ class OwnAnswers:
     def output(self, req: Request, msg_type: str, content: dict[str, Any]) -> None:
         """An output the proxy itself gives a cell: shown, and recorded like the worker's."""
         self._frontend.send_iopub(msg_type, content, req.header)
+        execute = req.execute
+        if execute is None:
+            return
         if not self._frontend.subscriptions:
-            req.unseen += 1
-        if req.record is not None:
+            execute.published_unseen()
+        if execute.record is not None:
             self._cell_log.output(req, msg_type, self._session.pack(content))
         else:
-            req.own_outputs.append((msg_type, content))  # recorded with the row, when it is written
+            execute.own_outputs.append((msg_type, content))  # recorded with the row, when it is written
 
     def cell_note(self, msg_id: str, text: str) -> None:
         """The running cell `msg_id` left a note with `host.notify` (the supervisor says so): shown
@@ -209,8 +213,7 @@ class OwnAnswers:
         """The outcome is committed (or there is none to commit): now the frontend may see the reply
         and idle that were held, and the queue goes on."""
         req.move(Phase.DONE)
-        held, req.held = req.held, []
-        for send in held:
+        for send in req.take_held():
             send()
         self.unseen(req)
         if req is self._queue.inflight:

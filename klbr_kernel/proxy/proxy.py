@@ -180,7 +180,6 @@ class Proxy:
         if abandoned and req.msg_type == "execute_request":
             self.start(self.supervisor.interrupt(), "interrupting a cell answered InternalError")
         error = internal_error(req.msg_type, exc)
-        req.outcome = error.status
         try:
             self.brackets.busy(req)
             if req.msg_type.endswith("_request") and not req.reply_sent:
@@ -188,7 +187,7 @@ class Proxy:
                 if req.msg_type == "execute_request":
                     content["execution_count"] = req.count or self.counts.last
                     self.frontend.send_iopub("error", error.content(), req.header)
-                self.brackets.reply(req, content)
+                self.brackets.reply(req, content, error.status)
                 if req.record is not None:
                     self.cell_log.finish(req, content, lambda error: None)
             self.brackets.idle(req)

@@ -44,14 +44,17 @@ class Resends:
     def replied(self, req: Request) -> None:
         """`req`'s reply goes out now (the proxy's or the worker's): copies of it that were sent
         again while it ran get the same reply, and only its content is remembered from now on."""
-        for dup in req.duplicates:
-            self._send(dup, req.reply_content or {"status": "aborted"})
-        req.duplicates = []
-        if req.msg_type == "execute_request":
-            key = (req.header.get("session", ""), req.msg_id)
-            taken = self._executes.get(key)
-            if taken is not None and taken[1] is req:
-                self._executes[key] = (req.digest, req.reply_content or {"status": "aborted"})
+        execute = req.execute
+        if execute is None:
+            return  # only an execute is taken, and sent again
+        reply = execute.reply_content or {"status": "aborted"}
+        duplicates, execute.duplicates = execute.duplicates, []
+        for dup in duplicates:
+            self._send(dup, reply)
+        key = (req.header.get("session", ""), req.msg_id)
+        taken = self._executes.get(key)
+        if taken is not None and taken[1] is req:
+            self._executes[key] = (execute.digest, reply)
 
     def duplicate(self, req: Request) -> bool:
         """Answer an execute this session already took: the same message sent again (its digest,
@@ -68,7 +71,8 @@ class Resends:
             if isinstance(original, dict):
                 self._send(req, original)
             else:
-                original.duplicates.append(req)
+                assert original.execute is not None, "only an execute is taken"
+                original.execute.duplicates.append(req)
             return True
         # Past what is remembered, taken by an earlier kernel on this log (a client that resends
         # to the kernel that replaced it), or sent again after another reused its msg_id: the

@@ -8,8 +8,15 @@ continue (`Supervisor.send_execute`'s `sync`), fills in its `In[n]` too.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from .request import Request
+
 
 class ExecutionCounts:
+    """The session's counts, and the one writer of each cell's (`Execute.count`)."""
+
     def __init__(self) -> None:
         self.last = 0
         self._texts: dict[int, str] = {}  # In[n] the current worker has not seen
@@ -44,3 +51,18 @@ class ExecutionCounts:
         """What a worker that continues after `last` must put into `In` (then forgotten here)."""
         texts, self._texts = self._texts, {}
         return texts
+
+    def numbered(self, req: Request, count: int) -> None:
+        """The worker's execute_input gave `req` its `count` (it moves the session's on, if `req`
+        takes one: a replay answered meanwhile takes the next)."""
+        if req.execute is not None:
+            req.execute.count = count
+        if req.counts:
+            self.from_worker(count)
+
+    def number_answered(self, req: Request) -> int | None:
+        """`req`, a cell the proxy answers without the current worker, takes its count (see
+        `answered`); its code fills that `In[n]` on the next worker."""
+        if req.execute is not None:
+            req.execute.count = self.answered(req.code, req.execute.count, req.msg_id)
+        return req.count

@@ -41,8 +41,7 @@ class Current:
         """`generation` takes requests now (the supervisor says so); returns what was held for one."""
         self._state.move(LinkState.SERVING, f"generation {generation.number} is ready")
         self.generation = generation
-        held, self.held = self.held, []
-        return held
+        return self.take_held()
 
     def ended(self, why: str) -> dict[str, Request]:
         """The generation ended (or one that never served failed to start); returns the requests
@@ -58,6 +57,15 @@ class Current:
         req.generation = self.generation
         req.move(Phase.SENT)
         self.waiting[req.msg_id] = req
+
+    def hold(self, req: Request) -> None:
+        """Forwarded traffic that arrived while no generation serves: it goes to the next one."""
+        self.held.append(req)
+
+    def take_held(self) -> list[Request]:
+        """What was held for a generation, in order, to be sent on or answered now."""
+        held, self.held = self.held, []
+        return held
 
     def forwarded(self, req: Request) -> None:
         """comm or control traffic sent on: the comms and the debug session it opens or closes."""

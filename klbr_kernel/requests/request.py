@@ -15,9 +15,11 @@ the error boundary answers the request with an InternalError and the kernel keep
 - recording -> queued: its generation ended while its row committed; it runs on the next one;
 - any phase but done -> done: the error boundary answered it (`Proxy.internal_error`).
 
-What else a request carries is data: what the frontend has had of it (`busy_sent`, `reply_sent`:
-checked before a send, so nothing goes out twice, semantics 1), how many times it was sent (`tries`),
-its outcome's commit (`Commit`), and what waits for its end (held sends, resent copies, followers).
+What else a request carries is data, each field with one writer, named beside it: what the frontend
+has had of it (`busy_sent`, `reply_sent`: checked before a send, so nothing goes out twice,
+semantics 1), how many times it was sent (`tries`), and what waits for its end (`held`). What only
+an execute carries is apart, in its `execute` (`execute.Execute`: its row, its count, its answer,
+its outcome's commit, resent copies, followers), read through the properties below.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import TYPE_CHECKING, Any
 from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.store import CellRecord
 
+from .execute import Execute
 from .states import ENDED_BY_BOUNDARY, TRANSITIONS, WITH_WORKER, IllegalMove, Phase
 
 if TYPE_CHECKING:
@@ -38,10 +41,9 @@ if TYPE_CHECKING:
     from klbr_supervisor.generation import Generation
     from klbr_supervisor.running import RunningCell
 
-    from ..cell_log.replay import Follower
     from ..magics.parse import Magic
 
-__all__ = ["CONTROL_REPLIES", "OWN", "QUEUED", "SUBSHELL", "TRANSITIONS", "WITH_WORKER", "Commit", "IllegalMove",
+__all__ = ["CONTROL_REPLIES", "OWN", "QUEUED", "SUBSHELL", "TRANSITIONS", "WITH_WORKER", "Execute", "IllegalMove",
            "Phase", "Request"]
 
 log = logging.getLogger(__name__)
@@ -56,64 +58,21 @@ SUBSHELL = frozenset({"create_subshell_request", "list_subshell_request", "delet
 CONTROL_REPLIES = frozenset({"debug_request", "usage_request", "execute_request"})
 
 
-@dataclass(slots=True)
-class Commit:
-    """A recorded cell's outcome on its way to the store (semantics 3): a commit is in flight or
-    not, and the last one covers the outputs counted when it began. The cell is released once a
-    commit that has landed covers every output (`Delivery._settle`)."""
-
-    running: bool = False
-    covered: int | None = None  # output bytes the last commit began with
-
-    def begin(self, output_bytes: int) -> None:
-        if self.running:
-            msg = "an outcome commit began while another was in flight"
-            raise IllegalMove(msg)
-        self.running, self.covered = True, output_bytes
-
-    def landed(self) -> None:
-        if not self.running:
-            msg = "an outcome commit landed that never began"
-            raise IllegalMove(msg)
-        self.running = False
-
-    def covers(self, output_bytes: int) -> bool:
-        """Whether the last commit has landed and includes `output_bytes` of outputs."""
-        return not self.running and self.covered == output_bytes
-
-
 @dataclass(eq=False)
 class Request:
     """One message from the frontend. Built by the `door`; moved only through `move`."""
 
-    channel: str
-    wire: Wire
-    content: dict[str, Any] = field(default_factory=dict)
-    digest: str = ""  # an execute's: what tells it from another with the same msg_id (`door.digest`)
-    phase: Phase = Phase.QUEUED  # changed only by `move`
-    generation: Generation | None = None  # where it was sent
-    tries: int = 0  # times it was sent to a worker (2: retried after a loss, semantics 8)
-    grace_until: float = 0.0  # with its reply or its idle in: when the other is given up on (loop time)
-    busy_sent: bool = False  # the frontend has had busy for it (once, also across a retry)
-    reply_sent: bool = False  # the frontend has had its reply
-    reply_content: dict[str, Any] | None = None  # the reply the frontend gets (kept for the store and resends)
-    outcome: str | None = None  # the store status of an answer the proxy wrote itself (`cell_status`)
-    interrupted: bool = False  # klbr interrupted its worker while it ran (interrupt_request, SIGINT)
-    held: list[Callable[[], object]] = field(default_factory=list)  # sends held until it is released
-    count: int | None = None  # execution count, from the worker's execute_input or the proxy
-    # An execute's:
-    magics: list[Magic] | None = None  # a cell of `%klbr` lines, answered by the proxy
-    magic_error: str | None = None
-    timeout: float | None = None  # `%%klbr timeout=SECONDS`
-    body: str | None = None  # the code after a `%%klbr` first line
-    record: CellRecord | None = None  # its row in the store, once it is a recorded cell
-    running: RunningCell | None = None  # as the supervisor watches it, once sent (its deadline)
-    commit: Commit = field(default_factory=Commit)  # its outcome's, once it is a recorded cell
-    own_outputs: list[tuple[str, dict[str, Any]]] = field(default_factory=list)  # outputs the proxy gave a cell it answered itself
-    duplicates: list[Request] = field(default_factory=list)  # resent copies waiting for its reply
-    followers: list[Follower] = field(default_factory=list)  # `%klbr replay --follow` cells relaying its outputs
-    unseen: int = 0  # its outputs published while no frontend was subscribed to iopub
-    orphaned: bool = False  # its reply found the frontend that sent it gone
+    channel: str  # the door: every field of a request has one writer, named beside it
+    wire: Wire  # the door
+    content: dict[str, Any] = field(default_factory=dict)  # the door
+    execute: Execute | None = None  # the door: an execute_request's own state (`execute.Execute`)
+    phase: Phase = Phase.QUEUED  # itself: changed only by `move`
+    tries: int = 0  # itself (`move`): times it was sent to a worker (2: retried after a loss, semantics 8)
+    generation: Generation | None = None  # current: where it was sent
+    grace_until: float = 0.0  # delivery: with its reply or its idle in, when the other is given up on
+    busy_sent: bool = False  # brackets: the frontend has had busy for it (once, also across a retry)
+    reply_sent: bool = False  # brackets: the frontend has had its reply
+    held: list[Callable[[], object]] = field(default_factory=list)  # itself: `hold`, `take_held`
 
     def move(self, to: Phase, *, by_boundary: bool = False) -> None:
         """The one door of its phase. `by_boundary`: the error boundary ends it (`to` DONE) from
@@ -131,14 +90,56 @@ class Request:
         self.phase = to
         if to is Phase.SENT:
             self.tries += 1
-        elif to is Phase.DONE:
-            self.end_followers()
+        elif to is Phase.DONE and self.execute is not None:
+            self.execute.end_followers()
 
-    def end_followers(self) -> None:
-        """It is answered: the replays following it end with it."""
-        followers, self.followers = self.followers, []
-        for follower in followers:
-            follower.end()
+    def hold(self, send: Callable[[], object]) -> None:
+        """`send` waits until the request is released (a cell's reply and idle, until its outcome is
+        committed: semantics 3)."""
+        self.held.append(send)
+
+    def take_held(self) -> list[Callable[[], object]]:
+        """What waited for its release, in order, to be sent now; nothing is held after."""
+        held, self.held = self.held, []
+        return held
+
+    # -- an execute's own state, read (written by its writers, through `execute`) -------------------
+
+    @property
+    def digest(self) -> str:
+        return self.execute.digest if self.execute is not None else ""
+
+    @property
+    def magics(self) -> list[Magic] | None:
+        return self.execute.magics if self.execute is not None else None
+
+    @property
+    def magic_error(self) -> str | None:
+        return self.execute.magic_error if self.execute is not None else None
+
+    @property
+    def timeout(self) -> float | None:
+        return self.execute.timeout if self.execute is not None else None
+
+    @property
+    def body(self) -> str | None:
+        return self.execute.body if self.execute is not None else None
+
+    @property
+    def record(self) -> CellRecord | None:
+        return self.execute.record if self.execute is not None else None
+
+    @property
+    def running(self) -> RunningCell | None:
+        return self.execute.running if self.execute is not None else None
+
+    @property
+    def count(self) -> int | None:
+        return self.execute.count if self.execute is not None else None
+
+    @property
+    def reply_content(self) -> dict[str, Any] | None:
+        return self.execute.reply_content if self.execute is not None else None
 
     @property
     def with_worker(self) -> bool:
