@@ -6,6 +6,8 @@ No kernel: the pages are read as committed, the code as imported, the schema fro
 
 from __future__ import annotations
 
+import ast
+import importlib
 import importlib.util
 import re
 import sqlite3
@@ -142,10 +144,15 @@ def _anchors(path: Path) -> set[str]:
 
 
 def test_the_readme_links_every_page_and_every_link_lands():
+    """Every page of docs/ is linked from the README, every decision from ARCHITECTURE.md, and
+    every link of them lands (a heading, where it names one)."""
+    decisions = {(DOCS / target.split("#")[0]).resolve() for target in _links(DOCS / "ARCHITECTURE.md")}
+    unlisted = [p.name for p in (DOCS / "decisions").glob("*.md") if p.resolve() not in decisions]
+    assert not unlisted, f"docs/ARCHITECTURE.md lists no {unlisted}"
     linked = {(ROOT / target.split("#")[0]).resolve() for target in _links(README)}
     missing = [p.name for p in PAGES if p.resolve() not in linked]
     assert not missing, f"README.md links no docs/{missing}"
-    for page in [README, *PAGES]:
+    for page in [README, *PAGES, *sorted((DOCS / "decisions").glob("*.md"))]:
         for target in _links(page):
             file, _, anchor = target.partition("#")
             dest = (page.parent / file).resolve() if file else page
@@ -192,3 +199,80 @@ def test_every_semantics_cited_is_one_the_repository_holds():
                 assert int(n) in known, f"{path.relative_to(ROOT)} cites semantics {n}; docs/semantics.md has 1-13"
                 cited.add(int(n))
     assert cited, "nothing cites docs/semantics.md"
+
+
+# -- ARCHITECTURE.md names only what exists ----------------------------------------------------------
+
+# Named in ARCHITECTURE.md and not ours: other libraries', a file a user writes, the wire's fields.
+NOT_OURS = {"provisioning/", "Socket.send", "zmq.Frame", "bytes.translate", "datetime.fromisoformat", "header.session",
+            "jupyter_klbr_config.py"}
+
+
+def _ours() -> tuple[dict[str, set[str]], set[str], set[str]]:
+    """Of klbr's packages: every module by its last name, with the names defined in it (classes,
+    functions, module-level names); the names of every method and class attribute; every file's
+    and directory's path from the repository's root."""
+    modules: dict[str, set[str]] = {}
+    members: set[str] = set()
+    for package in ("klbr_kernel", "klbr_supervisor"):
+        for path in (ROOT / package).rglob("*.py"):
+            tree = ast.parse(path.read_text())
+            defined = modules.setdefault(path.stem if path.stem != "__init__" else path.parent.name, set())
+            for node in tree.body:
+                if isinstance(node, (ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+                    defined.add(node.name)
+                elif isinstance(node, ast.Assign):
+                    defined.update(t.id for t in node.targets if isinstance(t, ast.Name))
+                elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name):
+                    defined.add(node.target.id)
+            for node in ast.walk(tree):
+                if isinstance(node, ast.ClassDef):
+                    for item in node.body:
+                        if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                            members.add(item.name)
+                        elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
+                            members.add(item.target.id)
+    paths = {p.relative_to(ROOT).as_posix() + ("/" if p.is_dir() else "")
+             for folder in ("klbr_kernel", "klbr_supervisor", "tests", "benchmarks", "docs")
+             for p in (ROOT / folder).rglob("*") if "__pycache__" not in p.parts}
+    return modules, members, paths | {"klbr_kernel/", "klbr_supervisor/", "docs/"}
+
+
+def _class(name: str) -> type | None:
+    """Our class `name`, imported from the module that defines it."""
+    for path in [*(ROOT / "klbr_kernel").rglob("*.py"), *(ROOT / "klbr_supervisor").rglob("*.py")]:
+        if re.search(rf"^class {name}\b", path.read_text(), re.M):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            module = importlib.import_module(".".join(parts[:-1] if parts[-1] == "__init__" else parts))
+            found = getattr(module, name)
+            return found if isinstance(found, type) else None
+    return None
+
+
+def _exists(token: str, modules: dict[str, set[str]], members: set[str], paths: set[str]) -> bool:
+    word = token.split(maxsplit=1)[0]
+    defined = set().union(*modules.values())
+    if word.endswith((".py", "/")):
+        return any(p == word or p.endswith("/" + word) for p in paths)
+    head, _, attr = word.partition(".")
+    if not attr:
+        return word in defined or word in members or word in modules or word in ERRORS or word.rstrip("/") in (
+            "klbr_kernel", "klbr_supervisor")
+    if head in modules and not head[0].isupper():  # a module's function or name
+        return attr in modules[head]
+    cls = _class(head)
+    if cls is None:
+        return False
+    annotated = {name for klass in cls.__mro__ for name in getattr(klass, "__annotations__", {})}
+    return hasattr(cls, attr) or attr in annotated
+
+
+def test_every_module_class_and_function_the_architecture_names_exists():
+    """Each `code` span of docs/ARCHITECTURE.md that names a module (a path), a package, a class, a
+    function or a method names one that is there; a rename that leaves the map behind fails here."""
+    text = re.sub(r"```.*?```", "", (DOCS / "ARCHITECTURE.md").read_text(), flags=re.S)
+    tokens = {t for t in re.findall(r"`([^`\n]+)`", text) if re.fullmatch(r"[\w./]+(?:\.py .*)?", t)} - NOT_OURS
+    modules, members, paths = _ours()
+    missing = sorted(t for t in tokens if not _exists(t, modules, members, paths))
+    assert not missing, f"docs/ARCHITECTURE.md names what is not there: {missing}"
+    assert len(tokens) > 150  # the check reads the map, not an empty page
