@@ -33,6 +33,7 @@ from jupyter_client.session import Session
 from traitlets.config import Configurable
 
 from klbr_supervisor.generation import Generation
+from klbr_supervisor.listener import WorkerListener
 from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.policy import Refusal
 from klbr_supervisor.states import Ending
@@ -80,14 +81,21 @@ class Proxy:
 
     def __init__(self, info: dict[str, Any], session: Session, parent: Configurable | None = None,
                  notebook: str | None = None, max_message_size: int = MAX_MESSAGE_SIZE,
-                 worker_options: tuple[str, ...] = (), first_worker: Early | None = None):
-        """`first_worker`: what `boot.prelaunch` started before the imports, for the supervisor."""
+                 worker_options: tuple[str, ...] = (), first_worker: Early | None = None, *,
+                 frontend: Frontend | None = None,
+                 make_supervisor: Callable[[WorkerListener], Supervisor] | None = None):
+        """`first_worker`: what `boot.prelaunch` started before the imports, for the supervisor;
+        `frontend`, and the supervisor (`make_supervisor(listener)`, the proxy being its listener):
+        made here unless given, as a test gives stand-ins for both (tests/harness.py)."""
         self.session = session
-        self.frontend = frontend = Frontend(info, session, max_message_size)
-        self.supervisor = supervisor = Supervisor(self, session=session, parent=parent, notebook=notebook,
-                                                  kernel_name=info.get("kernel_name") or None,
-                                                  worker_options=worker_options, first=first_worker,
-                                                  host_client=client_package.files())
+        self.frontend = frontend = frontend or Frontend(info, session, max_message_size)
+        if make_supervisor is None:
+            supervisor = Supervisor(self, session=session, parent=parent, notebook=notebook,
+                                    kernel_name=info.get("kernel_name") or None, worker_options=worker_options,
+                                    first=first_worker, host_client=client_package.files())
+        else:
+            supervisor = make_supervisor(self)
+        self.supervisor = supervisor
         self.cell_log = cell_log = CellLog(supervisor.store)
         self.brackets = brackets = Brackets(frontend, session, cell_log)
         self.queue = queue = ShellQueue()
