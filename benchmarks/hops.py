@@ -158,46 +158,23 @@ def _window(pid: int, out: str, work, after: float) -> list[list[str | None]]:
     return json.loads(Path(out).read_text())
 
 
-def _until_idle(kc, msg_id: str, timeout: float = 60) -> dict:
-    reply = None
-    idle = False
-    deadline = time.monotonic() + timeout
-    while reply is None or not idle:
-        remaining = deadline - time.monotonic()
-        if reply is None:
-            msg = kc.get_shell_msg(timeout=remaining)
-            if msg["parent_header"].get("msg_id") == msg_id:
-                reply = msg
-        else:
-            msg = kc.get_iopub_msg(timeout=remaining)
-            idle = (msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "status"
-                    and msg["content"]["execution_state"] == "idle")
-    return reply
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5)
     parser.add_argument("--walk", choices=["execute", "death"], help="print one walk's hops in order")
     args = parser.parse_args()
-    from jupyter_client.manager import KernelManager  # noqa: PLC0415 — not in the traced kernel's start
+    from measures import kernel, run_cell  # noqa: PLC0415 — never in the traced kernel's start
 
     sys.path.insert(0, str(ROOT))
     out = _kernelspec()
     known: dict[tuple[str, str], bool] = {}
     results: dict[str, list[dict[str, object]]] = {"execute": [], "death": []}
-    km = KernelManager(kernel_name="klbr-hops")
-    km.start_kernel()
-    kc = km.client()
-    kc.start_channels()
-    try:
-        kc.wait_for_ready(timeout=60)
+    with kernel("klbr-hops") as (km, kc):  # started, and settled: its spare runs
         pid = km.provisioner.process.pid
         for _ in range(10):
-            _until_idle(kc, kc.execute("1"))
-        time.sleep(3)  # the spare starts a moment after the first generation serves
+            run_cell(kc, "1")
         for _ in range(args.repeat):
-            calls = _window(pid, out, lambda: _until_idle(kc, kc.execute("1")), 0.3)  # what reply and idle set off
+            calls = _window(pid, out, lambda: run_cell(kc, "1"), 0.3)  # and what reply and idle set off
             results["execute"].append(summary(calls, known))
         for _ in range(args.repeat):
             msg_id = kc.execute("import os, time; print(os.getpid(), flush=True); time.sleep(60)")
@@ -212,11 +189,8 @@ def main() -> None:
                 _drain_until_error(kc)
 
             results["death"].append(summary(_window(pid, out, kill, 0.0), known))  # the spare's start goes on
-            time.sleep(3)  # the next spare
-            _until_idle(kc, kc.execute("1"))
-    finally:
-        kc.stop_channels()
-        km.shutdown_kernel(now=True)
+            time.sleep(3)  # the next spare starts a moment after the new generation serves
+            run_cell(kc, "1")
     for name, runs in results.items():
         print(f"{name}: modules {_median(runs, 'modules')}, hops {_median(runs, 'hops')}, kernel<->supervisor "
               f"crossings {_median(runs, 'crossings')}, property reads {_median(runs, 'reads')} "
