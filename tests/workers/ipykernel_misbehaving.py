@@ -123,7 +123,7 @@ class MisbehavingApp(IPKernelApp):
     def init_iopub(self, context):
         if BEHAVIOUR == "output-then-die":
             context = self.iopub_context = zmq.Context()  # its own, to be destroyed alone
-            # Lossless toward the proxy, as klbr's own workers are (`boot.worker` lifts iopub's
+            # Lossless toward the proxy, as klbr's own workers are (`boot.bootstrap` lifts iopub's
             # high-water mark): a worker started from a kernelspec keeps ipykernel's PUB mark of
             # 1000, past which it drops the newest outputs itself while a busy machine slows the
             # proxy, and the test is of what the proxy does with everything the worker sent.
