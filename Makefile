@@ -23,9 +23,10 @@ $(STAMP): pyproject.toml
 
 # Bytecode for klbr's own modules, as pip writes it for an installed wheel: this environment sets
 # PYTHONDONTWRITEBYTECODE, and compiling them again costs every kernel start ~100 ms. Both places
-# they are imported from: the source tree (python -m from here) and the strict install's link tree.
+# they are imported from, every package at any depth: the source tree (python -m from here) and the
+# strict install's link tree, looked for when the recipe runs (the install it depends on makes it).
 bytecode: $(STAMP)
-	$(BIN)/python -m compileall -q klbr_kernel klbr_supervisor $(wildcard build/__editable__.*)
+	$(BIN)/python -m compileall -q klbr_kernel klbr_supervisor $$(ls -d build/__editable__.* 2>/dev/null)
 
 # The JupyterLab extension (labextension/), built from its TypeScript with this machine's Node.js and the
 # jupyterlab wheel's jlpm, against the npm registry. node_modules and the bundle are never committed.
