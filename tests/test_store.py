@@ -120,9 +120,21 @@ def test_lost_and_aborted_cells_are_recorded_and_history_survives_the_loss(tmp_p
     db = tmp_path / "log.sqlite3"
     with kernel_on(db) as (km, kc):
         execute(kc, "a = 'first'")
+        # The lost cell must have the other queued behind it when it dies: a silent execute (no
+        # cell) holds the worker until the proxy has read both, which its own answer to a
+        # kernel_info sent after them on the same socket proves. (Sent and run at once, the loss
+        # could be over before the second arrived, which then rightly ran on the next generation.)
+        go = tmp_path / "go"
+        kc.execute(f"import pathlib, time\nwhile not pathlib.Path({str(go)!r}).exists(): time.sleep(0.01)",
+                   silent=True, store_history=False)
         ids = [kc.execute(c) for c in ("import os; os.kill(os.getpid(), 9)", "b = 2")]
-        for _ in ids:
-            kc.get_shell_msg(timeout=30)
+        info = kc.kernel_info()
+        while kc.get_shell_msg(timeout=30)["parent_header"].get("msg_id") != info:
+            pass
+        go.touch()
+        replied = set()
+        while not set(ids) <= replied:
+            replied.add(kc.get_shell_msg(timeout=30)["parent_header"].get("msg_id"))
         msg_id = kc.history(hist_access_type="tail", n=10, output=False, raw=True)
         reply = kc.get_shell_msg(timeout=10)
         while reply["parent_header"]["msg_id"] != msg_id:
