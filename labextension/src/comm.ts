@@ -147,26 +147,11 @@ export class KlbrComm {
   private _push(data: JSONObject): boolean {
     switch (data.op) {
       case 'state':
-        if (isKernelState(data)) {
-          this._pushes.state(data);
-        } else {
-          console.warn('klbr: a malformed state push was ignored');
-        }
-        return true;
+        return this._hand(data, 'state', isKernelState, state => this._pushes.state(state));
       case 'output':
-        if (isOutputPush(data)) {
-          this._pushes.output(data);
-        } else {
-          console.warn('klbr: a malformed output push was ignored');
-        }
-        return true;
+        return this._hand(data, 'output', isOutputPush, push => this._pushes.output(push));
       case 'ended':
-        if (isEndedPush(data)) {
-          this._pushes.ended(data);
-        } else {
-          console.warn('klbr: a malformed ended push was ignored');
-        }
-        return true;
+        return this._hand(data, 'ended', isEndedPush, push => this._pushes.ended(push));
       case 'restart':
         if (isKernelState(data)) {
           this._pushes.state(data);
@@ -175,6 +160,15 @@ export class KlbrComm {
       default:
         return false;
     }
+  }
+
+  private _hand<T>(data: JSONObject, op: string, valid: (data: unknown) => data is T, to: (push: T) => void): true {
+    if (valid(data)) {
+      to(data);
+    } else {
+      console.warn(`klbr: a malformed ${op} push was ignored`);
+    }
+    return true;
   }
 
   private _chunk(id: string, pending: ICellsRequest, data: JSONObject): void {

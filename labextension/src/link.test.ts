@@ -147,6 +147,15 @@ function setUp() {
   return { session, page, listener, opened, link };
 }
 
+/** A link whose session has a connected klbr kernel, once it has opened its comm. */
+async function connected() {
+  const parts = setUp();
+  const kernel = new FakeKernel('klbr');
+  const next = parts.listener.nextOpened();
+  parts.session.change(kernel);
+  return { ...parts, kernel, comm: await next };
+}
+
 describe('the link to a session’s kernel', () => {
   it('opens a comm on a connected klbr kernel, and none on another kernel', async () => {
     const { session, listener, opened, link } = setUp();
@@ -161,12 +170,8 @@ describe('the link to a session’s kernel', () => {
   });
 
   it('opens a fresh comm on a reconnect, closing the one before', async () => {
-    const { session, listener, opened, link } = setUp();
-    const kernel = new FakeKernel('klbr');
-    let next = listener.nextOpened();
-    session.change(kernel);
-    const first = await next;
-    next = listener.nextOpened();
+    const { kernel, listener, opened, link, comm: first } = await connected();
+    const next = listener.nextOpened();
     kernel.set('connecting');
     kernel.set('connected');
     const second = await next;
@@ -177,11 +182,7 @@ describe('the link to a session’s kernel', () => {
   });
 
   it('on a kernel change, closes the comm, forgets the state and stops hearing the old kernel', async () => {
-    const { session, listener, opened, link } = setUp();
-    const old = new FakeKernel('klbr');
-    const next = listener.nextOpened();
-    session.change(old);
-    await next;
+    const { session, listener, opened, link, kernel: old } = await connected();
     listener.events = [];
     session.change(null);
     expect(listener.events).toEqual(['closed', 'kernelChanged']);
@@ -194,10 +195,7 @@ describe('the link to a session’s kernel', () => {
   });
 
   it('closes the comm when the page is hidden for good', async () => {
-    const { session, page, listener, opened, link } = setUp();
-    const next = listener.nextOpened();
-    session.change(new FakeKernel('klbr'));
-    const comm = await next;
+    const { page, opened, link, comm } = await connected();
     page.hide();
     expect(comm.isOpen).toBe(false);
     expect(opened[0].closes).toBe(1);
@@ -205,10 +203,7 @@ describe('the link to a session’s kernel', () => {
   });
 
   it('lets go of the comm the kernel closed, without closing it again', async () => {
-    const { session, listener, opened, link } = setUp();
-    const next = listener.nextOpened();
-    session.change(new FakeKernel('klbr'));
-    const comm = await next;
+    const { listener, opened, link, comm } = await connected();
     listener.events = [];
     opened[0].sink.closed();
     expect(comm.isOpen).toBe(false);
@@ -218,11 +213,7 @@ describe('the link to a session’s kernel', () => {
   });
 
   it('disposed: closes the comm and removes every signal connection and DOM listener it made', async () => {
-    const { session, page, listener, opened, link } = setUp();
-    const kernel = new FakeKernel('klbr');
-    const next = listener.nextOpened();
-    session.change(kernel);
-    await next;
+    const { session, page, opened, link, kernel } = await connected();
     expect(page.listeners.get('pagehide')?.size).toBe(1);
     link.dispose();
     expect(opened[0].closes).toBe(1);
