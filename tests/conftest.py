@@ -56,6 +56,15 @@ def no_runtime_dir_is_left(environment):
           f"runtime directories left in the run's TMPDIR: {sorted(p.name for p in environment.glob('klbr-*'))}")
 
 
+@pytest.fixture(scope="session")
+def other_python() -> Path:
+    """The interpreter of `.venv-ipykernel`: the oldest ipykernel klbr admits and nothing of klbr, for
+    `python:` placements (`make test` makes it)."""
+    other = HERE.parent / ".venv-ipykernel" / "bin" / "python"
+    assert other.exists(), f"{other} is missing: `make test` creates it (make .venv-ipykernel/.ready)"
+    return other
+
+
 @pytest.fixture
 def kernel():
     with start_kernel() as (km, kc):

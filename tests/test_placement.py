@@ -38,13 +38,6 @@ from utils import (
 )
 
 ROOT = Path(__file__).parent.parent
-OTHER = ROOT / ".venv-ipykernel" / "bin" / "python"
-
-
-@pytest.fixture(scope="module")
-def other_python() -> Path:
-    assert OTHER.exists(), f"{OTHER} is missing: `make test` creates it (make .venv-ipykernel/.ready)"
-    return OTHER
 
 
 @pytest.fixture(scope="module")
@@ -351,33 +344,6 @@ def test_a_workers_shell_is_served_on_its_main_thread(tmp_path, other_python, wh
         reply, outputs = execute(kc, "import asyncio\nawait asyncio.sleep(0)\n'awaited'")
         assert reply["content"]["status"] == "ok" and results(outputs) == ["'awaited'"], reply["content"]
         assert value(kc, "import ipykernel\nipykernel.__version__").startswith("6." if where == "python" else "7.")
-
-
-@pytest.mark.parametrize("where", ["local", "python"])
-def test_an_interrupted_await_is_cancelled_and_the_namespace_stays(tmp_path, other_python, where):
-    """ipykernel cancels an awaiting cell on SIGINT from a handler whose wake-up its loop missed, so
-    the cell went on to the end of its sleep (and klbr, hearing no reply, killed the worker): klbr's
-    workers wake their loop on a signal, on the newest ipykernel and on the oldest admitted."""
-    with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
-        if where == "python":
-            assert execute(kc, f"%klbr placement python:{other_python}")[0]["content"]["status"] == "ok"
-        execute(kc, "kept = 42")
-        # A signal handler a cell left on the loop (asyncio's, through its own wakeup fd) still runs
-        # while a later cell awaits.
-        assert execute(kc, "import os, signal, asyncio\nloop = asyncio.get_running_loop()\n"
-                           "fired = asyncio.Event()\n"
-                           "loop.add_signal_handler(signal.SIGUSR1, fired.set)")[0]["content"]["status"] == "ok"
-        assert value(kc, "os.kill(os.getpid(), signal.SIGUSR1)\n"
-                         "await asyncio.wait_for(fired.wait(), 30)\n'fired'") == "fired"
-        # asyncio takes the wakeup fd away when a loop's last signal handler goes: it is armed per cell.
-        assert execute(kc, "loop.remove_signal_handler(signal.SIGUSR1)")[0]["content"]["status"] == "ok"
-        pid = worker_pid(kc)
-        msg_id = kc.execute("import asyncio\nprint('awaiting', flush=True)\nawait asyncio.sleep(600)")
-        wait_for_stream(kc, msg_id)
-        km.interrupt_kernel()
-        reply, _ = collect(kc, msg_id, timeout=60)  # without the wake-up: WorkerKilled, after the grace
-        assert reply["content"]["ename"] == "CancelledError", reply["content"]
-        assert worker_pid(kc) == pid and value(kc, "kept") == 42
 
 
 # Outputs in the order the cell made them, each flush with text to send sending it: a print before a

@@ -1,12 +1,13 @@
 """What the tests import: a klbr kernel and a client for it (`start_kernel`, `misbehaving`), a raw socket
 on one of its channels, a request's reply and messages, `%klbr status`, the processes it leaves, a wait
-for an event no message announces. `conftest.py` holds the run's environment and the fixtures."""
+for an event no message announces, a loaded machine. `conftest.py` holds the run's environment and the fixtures."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import signal
+import subprocess
 import sys
 import time
 from contextlib import contextmanager
@@ -27,6 +28,19 @@ def thorough(test):
     selects just those)."""
     skip = pytest.mark.skipif(not THOROUGH, reason="opt-in: KLBR_THOROUGH=1 pytest -m thorough")
     return pytest.mark.thorough(skip(test))
+
+
+@contextmanager
+def cpu_burners(count: int = 2):
+    """`count` processes that burn a core each while the block runs: the loaded machine a test must
+    pass on (CI on a busy host, a laptop compiling)."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
 
 
 def benchmark(name: str):
@@ -238,11 +252,12 @@ def status_table(text: str) -> dict[str, str]:
     return dict(r if len(r) == 2 else (r[0], "") for r in rows)
 
 
-def wait_for_stream(kc, msg_id: str) -> None:
-    """Until the cell `msg_id` has printed something (it runs)."""
+def wait_for_stream(kc, msg_id: str) -> str:
+    """Until the cell `msg_id` has printed something (it runs); what it printed."""
     while not ((m := kc.get_iopub_msg(timeout=30))["parent_header"].get("msg_id") == msg_id
                and m["msg_type"] == "stream"):
         pass
+    return m["content"]["text"]
 
 
 def standby(kc, seen: list | None = None) -> str:

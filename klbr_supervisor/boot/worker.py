@@ -2,12 +2,13 @@
 
 The same as ``python -m ipykernel_launcher ARGS...``, with the death signal armed first, in this
 process (see `deathsig`), an iopub that does not drop, flushes that wait only when something waits,
-a shell served on the main thread and a loop that signals wake (see `BOOTSTRAP`). Standard library,
+a shell served on the main thread and interrupts that always land (see `BOOTSTRAP`). Standard library,
 pyzmq and ipykernel only.
 """
 
 from __future__ import annotations
 
+import signal
 import sys
 
 from .deathsig import die_with
@@ -59,24 +60,135 @@ FLUSH_AT = 1 << 20
 # trivial cell then costs the worker about 0.4 ms less CPU and 0.3 ms less time here (2026-12-03).
 # Only on ipykernel 7, whose uses of the thread were read for this: 6.x has none, and another major
 # version is left as it is.
-# And a signal wakes its loop while a cell awaits. An interrupt of such a cell reaches ipykernel's
-# SIGINT handler while the loop waits in epoll; the handler schedules the cancel with the loop's
-# plain `call_soon` (it runs on the loop's own thread), and the wait goes on until its timeout:
-# `await asyncio.sleep(60)` was cancelled only when the sleep ended (plain ipykernel too), and klbr,
-# hearing no reply, killed the worker after its grace (WorkerKilled, the namespace lost). Python
-# writes each signal's number to the wakeup fd it is given, from its C handler, so while ipykernel
-# watches SIGINT for an awaiting cell (`_cancel_on_sigint`, in 6.29 and 7) the bootstrap gives it
-# one the loop watches and drains, and takes it away after (unless the cell set its own): armed for
-# each such cell, as the cell's code may take it away (asyncio's last `remove_signal_handler` sets
-# none), and not between cells, where trio would warn of a collision. Where one is set already
-# (asyncio's, for a handler a cell added), it stays: it wakes the loop too, and asyncio reads its
-# handlers' signals from it.
+# And an interrupt always lands. A SIGINT sent to the worker (its group: `killpg`, as jupyter_client
+# sends it) sets Python's flag from the C handler on whichever thread the kernel picked, and the
+# Python handler then runs on the main thread when it next checks. Two ways that was too late:
+# - the signal lands on the main thread just before a blocking call begins (in `time.sleep`, between
+#   releasing the GIL and entering the syscall: the GIL's hand-over to a thread that wants it, the
+#   iopub thread sending the print before the sleep say, holds that window open for as long as the
+#   other thread takes to be scheduled), so no syscall is interrupted and the flag waits out the sleep;
+# - it lands on another thread (Linux hands a process-directed signal to any thread that does not
+#   block it, when the main thread cannot take it at once), and the main thread's sleep goes on.
+# Either way the cell slept on and klbr killed the worker after its grace (WorkerKilled, the namespace
+# lost): 1 interrupt in 100 of a sleeping cell beside busy threads on a loaded machine (2026-12-06).
+# So every SIGINT handler is installed wrapped (`signal.signal` and `getsignal` patched before
+# ipykernel binds them; both still give the handler as it was given), and while one is, Python
+# writes each signal's number to a socket of ours (`signal.set_wakeup_fd`). A watcher thread sees the
+# byte; if the handler has not taken it (drained it) 50 ms later, it sends SIGINT to the main thread
+# itself (`pthread_kill`), which interrupts whatever call it is in, and again every 50 ms until taken.
+# The wrapper runs the handler only for a SIGINT it drains, so the flag a resend set again after the
+# handler ran is an echo and does nothing: one interrupt, one KeyboardInterrupt. (A resend is sent
+# under the lock the wrapper drains under, after seeing the byte still there.) Where another wakeup fd
+# is set (asyncio's, for a handler a cell added to its loop), it stays and nothing is counted: the
+# handler runs as under ipykernel. Signals a cell blocks, C code that holds the GIL and checks
+# nothing: as under ipykernel.
+# The wrapper also wakes the running asyncio loop after a handler that returns: ipykernel cancels an
+# awaiting cell from its SIGINT handler with the loop's plain `call_soon`, and the loop, waiting in
+# epoll, went on until its timeout (`await asyncio.sleep(60)` ran to its end, and was killed).
 # `Supervisor.memory_limit`, in bytes, comes in the worker's environment under this name and is set
 # as RLIMIT_DATA before ipykernel is imported: an allocation past it fails in the worker (a Python
 # one raises MemoryError in the cell), and the processes the worker starts inherit it. RLIMIT_DATA
 # counts private writable mappings (Linux 4.7 and later), what "memory a cell allocated" means;
 # RLIMIT_AS would count address space too, which libraries reserve in large areas they never use.
 MEMORY_LIMIT = "KLBR_MEMORY_LIMIT"
+# How long the watcher lets a SIGINT the main thread has not taken wait before sending it again.
+RESEND_AFTER = 0.05
+SIGINT = int(signal.SIGINT)  # the byte Python writes to a wakeup fd for it
+INTERRUPTS = f"""\
+import signal
+import socket
+import threading
+_signal, _getsignal, _set_wakeup_fd = signal.signal, signal.getsignal, signal.set_wakeup_fd
+class _Interrupts:
+    def __init__(self):
+        self.lock = threading.RLock()
+        self.drained = threading.Event()
+        self.main = threading.main_thread().ident
+        self.read = self.write = None
+        self.watcher = None
+    def fd(self):
+        if self.read is None:
+            self.read, self.write = socket.socketpair()
+            self.read.setblocking(False)
+            self.write.setblocking(False)
+        return self.write.fileno()
+    def arm(self):
+        ours = self.fd()
+        before = _set_wakeup_fd(ours, warn_on_full_buffer=False)
+        if before not in (-1, ours):
+            _set_wakeup_fd(before)
+        elif self.watcher is None:
+            self.watcher = threading.Thread(target=self.watch, name="klbr interrupts", daemon=True)
+            self.watcher.start()
+    def disarm(self):
+        if self.write is not None:
+            now = _set_wakeup_fd(-1)
+            if now != self.write.fileno():
+                _set_wakeup_fd(now)
+    def counting(self):
+        now = _set_wakeup_fd(-1)
+        _set_wakeup_fd(now)
+        return self.write is not None and now == self.write.fileno()
+    def take(self):
+        taken = False
+        try:
+            while chunk := self.read.recv(4096):
+                taken = taken or {SIGINT} in chunk
+        except OSError:
+            pass
+        self.drained.set()
+        return taken
+    def watch(self):
+        import select
+        signal.pthread_sigmask(signal.SIG_BLOCK, {{signal.SIGINT}})
+        while True:
+            select.select([self.read], [], [])
+            self.drained.clear()
+            if self.drained.wait({RESEND_AFTER}):
+                continue
+            with self.lock:
+                try:
+                    waiting = self.read.recv(4096, socket.MSG_PEEK)
+                except BlockingIOError:
+                    continue
+                if {SIGINT} in waiting and isinstance(_getsignal(signal.SIGINT), _Landing):
+                    signal.pthread_kill(self.main, signal.SIGINT)
+                else:
+                    self.take()
+_interrupts = _Interrupts()
+class _Landing:
+    __slots__ = ("handler",)
+    def __init__(self, handler):
+        self.handler = handler
+    def __call__(self, signum, frame):
+        with _interrupts.lock:
+            if not _interrupts.take() and _interrupts.counting():
+                return None
+        result = self.handler(signum, frame)
+        try:
+            import asyncio
+            asyncio.get_running_loop().call_soon_threadsafe(_nothing)
+        except RuntimeError:
+            pass
+        return result
+def _nothing():
+    pass
+def _given(handler):
+    return handler.handler if isinstance(handler, _Landing) else handler
+def _install(signalnum, handler):
+    if signalnum != signal.SIGINT:
+        return _signal(signalnum, handler)
+    if callable(handler) and not isinstance(handler, _Landing):
+        _interrupts.arm()
+        before = _signal(signalnum, _Landing(handler))
+    else:
+        before = _signal(signalnum, handler)
+        if not callable(handler):
+            _interrupts.disarm()
+    return _given(before)
+signal.signal = _install
+signal.getsignal = lambda signalnum: _given(_getsignal(signalnum))
+"""
 BOOTSTRAP = f"""\
 import os
 import runpy
@@ -87,7 +199,7 @@ if _limit:
     _hard = resource.getrlimit(resource.RLIMIT_DATA)[1]
     _limit = _limit if _hard == resource.RLIM_INFINITY else min(_limit, _hard)
     resource.setrlimit(resource.RLIMIT_DATA, (_limit, _limit))
-import zmq
+{INTERRUPTS}import zmq
 def _absent(behaviour):
     import ipykernel
     sys.stderr.write(f"{NOTICE}ipykernel {{ipykernel.__version__}} on {{sys.executable}}: {{behaviour}}\\n")
@@ -175,43 +287,6 @@ if ipykernel.version_info[0] == 7 and callable(_init_sockets) and hasattr(Kernel
             self.shell_channel_thread = _NoShellChannelThread()
     IPKernelApp.init_sockets = _shell_on_the_main_thread
     Kernel._supports_kernel_subshells = property(lambda self: False)
-from ipykernel.ipkernel import IPythonKernel
-_cancel_on_sigint = getattr(IPythonKernel, "_cancel_on_sigint", None)
-if callable(_cancel_on_sigint):
-    import contextlib
-    import signal
-    import socket
-    _wakeup = []
-    def _wakeup_fd():
-        if not _wakeup:
-            from tornado.ioloop import IOLoop
-            wake, woken = socket.socketpair()
-            wake.setblocking(False)
-            woken.setblocking(False)
-            def _drain(fd, events):
-                try:
-                    while woken.recv(4096):
-                        pass
-                except BlockingIOError:
-                    pass
-            IOLoop.current().add_handler(woken.fileno(), _drain, IOLoop.READ)
-            _wakeup.extend((wake, woken))
-        return _wakeup[0].fileno()
-    @contextlib.contextmanager
-    def _cancel_on_sigint_woken(self, future):
-        ours = _wakeup_fd()
-        before = signal.set_wakeup_fd(ours, warn_on_full_buffer=False)
-        if before != -1:
-            signal.set_wakeup_fd(before)
-        try:
-            with _cancel_on_sigint(self, future):
-                yield
-        finally:
-            if before == -1:
-                now = signal.set_wakeup_fd(-1)
-                if now != ours:
-                    signal.set_wakeup_fd(now)
-    IPythonKernel._cancel_on_sigint = _cancel_on_sigint_woken
 runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 """
 
