@@ -31,6 +31,7 @@ from .memory import MemoryWatch, verdict
 from .protocol import Frames
 from .readiness import Readiness
 from .resign import Resigner, take_key
+from .sequence import Sequence
 from .states import ALIVE, TRANSITIONS, Ending, EndReason, GenerationState
 from .targets.base import LaunchError, Target
 from .traffic import Traffic
@@ -78,7 +79,8 @@ class Generation:
         self._readiness = Readiness(f"generation {number}", self._session, self._channels, log)
         # A worker elsewhere gets a key of its own, and its traffic is re-signed (`resign`).
         resigner = None if target.shares_key else Resigner(target.session, session)
-        self._traffic = Traffic(self, self._readiness, resigner, on_message)
+        self._traffic = Traffic(self, self._readiness, resigner, on_message,
+                                Sequence() if target.drops_iopub else None)
         self._loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int | None] = self._loop.create_future()
         self._ended: asyncio.Future[Ending] = self._loop.create_future()
@@ -224,6 +226,20 @@ class Generation:
         """Interrupt as the kernelspec says (SIGINT to the group, or a control interrupt_request)."""
         if self.state in (GenerationState.STARTING, *ALIVE):
             await self.target.interrupt()
+            if self.target.interrupts_by_message and self._traffic.sequence is not None:
+                self._traffic.sequence.elsewhere()
+
+    @property
+    def counts_drops(self) -> bool:
+        """Whether its worker's iopub may drop, and so its message numbers are counted (`sequence`)."""
+        return self._traffic.sequence is not None
+
+    def dropped_before(self, msg_id: str | None, awaited: int) -> int:
+        """How many messages its worker made before `msg_id` (the idle that ends a request; None:
+        the newest that came) never came: what its iopub dropped, where it may (see `sequence`); 0
+        for klbr's own workers. `awaited`: replies to other requests still on their way."""
+        sequence = self._traffic.sequence
+        return sequence.dropped_before(msg_id, awaited) if sequence is not None else 0
 
     def send(self, channel: str, frames: Frames) -> bool:
         if self.state in _OVER:

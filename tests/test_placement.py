@@ -317,6 +317,39 @@ def test_a_starved_kernel_loses_nothing_its_worker_publishes(tmp_path, other_pyt
         assert stream_text(outputs).split() == [str(i) for i in range(5000)]
 
 
+def test_a_kernelspec_worker_that_drops_outputs_while_the_kernel_is_stopped_says_how_many(tmp_path):
+    """A kernelspec's worker keeps its own iopub high-water mark (here 20 messages, ipykernel's is
+    1000): while the kernel process is stopped, it drops what it publishes past it. jupyter_client
+    numbers each message a worker makes, on every channel, so the numbers that never came tell how
+    many; the cell says so before its idle, and the cell log keeps the notice."""
+    displays = 2000
+    with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        assert execute(kc, "%klbr placement kernelspec:misbehaving-small-iopub-queue")[0]["content"]["status"] == "ok"
+        proxy = km.provisioner.process.pid
+        reply, outputs = execute(kc, f"import os, signal\nfrom IPython.display import display\n"
+                                     f"os.kill({proxy}, signal.SIGSTOP)\ntry:\n"
+                                     f"    for i in range({displays}):\n        display(i)\n"
+                                     f"finally:\n    os.kill({proxy}, signal.SIGCONT)", timeout=60)
+        assert reply["content"]["status"] == "ok"
+        shown = [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "display_data"]
+        notice = stream_text(outputs, "stderr")
+        assert notice.startswith("klbr: the worker dropped "), (len(shown), notice)
+        told = int(notice.split()[4])
+        assert told > 0 and len(shown) + told == displays, f"{len(shown)} shown, told of {told}, of {displays}"
+        assert shown == sorted(shown, key=int), "what came, came in order"
+        _, replayed = execute(kc, "%klbr replay")
+        assert f"the worker dropped {told} messages" in stream_text(replayed)
+        # Nothing dropped, nothing told: also when an interrupt goes as a message through
+        # jupyter_client's manager, whose socket gets the worker's answer (klbr never sees it).
+        msg_id = kc.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(60)")
+        wait_for_stream(kc, msg_id)
+        km.interrupt_kernel()
+        reply, outputs = collect(kc, msg_id, timeout=60)
+        assert reply["content"]["ename"] == "KeyboardInterrupt" and stream_text(outputs, "stderr") == ""
+        reply, outputs = execute(kc, "print('after')")
+        assert stream_text(outputs) == "after\n"
+
+
 @pytest.mark.parametrize("where", ["local", "python"])
 def test_only_the_iopub_socket_loses_its_high_water_mark(tmp_path, other_python, where):
     """On the newest ipykernel (local) and the oldest admitted (python:): the socket toward the proxy

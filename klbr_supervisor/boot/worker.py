@@ -37,7 +37,11 @@ NOTICE = "klbr worker: "
 # (the hand-over to the iopub socket, which has no mark: it paces the worker to its own sending,
 # not to the proxy's reading). The count is the bootstrap's own, over the public
 # `write` and `flush`: ipykernel's timed flushes in between only make a flush come early.
-FLUSH_AT = 1 << 20
+# 256 KiB, not more: what the proxy's iopub queues for a reader slower than the flood is counted in
+# messages (`klbr_kernel.early.IOPUB_QUEUE`, 200), and at 1 MiB a message a 1 GiB flood to a reader
+# beside busy CPUs took the proxy to 300-480 MiB (2026-12-06); at 256 KiB, 75-155 MiB, and no slower
+# (50 MiB in 64 KiB writes: 0.16 s a cell against 0.18 s, medians of 9).
+FLUSH_AT = 1 << 18
 # A flush with nothing to send returns at once: ipykernel's hands the send to its iopub thread and
 # waits for that thread to have run it, a round trip between two threads (a wake-up each way), and
 # it flushes stdout and stderr before and after each request: four round trips for a trivial cell

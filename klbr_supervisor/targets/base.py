@@ -36,6 +36,10 @@ What a kind declares, read by the generation and the supervisor (never the spec'
   klbr's own options before the user's (any other gets the user's only, after its own argv);
 - `limits_memory`: its worker is klbr's bootstrap, which sets `Supervisor.memory_limit` on itself
   (RLIMIT_DATA, before ipykernel starts) from its environment;
+- `drops_iopub`: its worker is not klbr's bootstrap, so its iopub keeps ipykernel's high-water mark
+  and may drop what it publishes while the proxy cannot read: its message numbers are counted for
+  what never came (`sequence`); `interrupts_by_message`: its interrupt is a control message a
+  manager sends on a socket of its own, so the worker answers where the generation does not read;
 - `check`: whether a generation can start there at all, asked before a session moves there;
   `checked_by_launch`: its launch says the same itself, so the first start does not check apart.
 """
@@ -145,6 +149,16 @@ class Target(ABC):
     @property
     def places_client(self) -> bool:
         """Whether its worker's interpreter may have no klbr (see `client`); none does here."""
+        return False
+
+    @property
+    def drops_iopub(self) -> bool:
+        """Whether its worker's iopub may drop (see the module's docstring): all but klbr's bootstrap."""
+        return not self.limits_memory
+
+    @property
+    def interrupts_by_message(self) -> bool:
+        """Whether its interrupt is answered where the generation does not read (see the docstring)."""
         return False
 
     @classmethod

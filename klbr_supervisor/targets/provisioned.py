@@ -32,6 +32,7 @@ from ..boot.placement import Placement
 from ..exits import describe_exit
 from .base import GenerationArgs, LaunchError, OnExit, SshCommand, Target
 from .kernelspec import KernelspecTarget
+from .managed import installed_spec
 from .pipes import LinePipe
 from .process import WorkerProcess
 
@@ -114,6 +115,12 @@ class ProvisionedTarget(Target):
                         "extra_arguments": list(extra_arguments)}
         self._send(start=start)
         return await asyncio.shield(self._started)
+
+    @property
+    def interrupts_by_message(self) -> bool:
+        """Its helper's manager sends a message-mode interrupt on a control socket of its own."""
+        spec = installed_spec(self.kernel_name)
+        return spec is not None and spec.interrupt_mode == "message"
 
     async def interrupt(self) -> None:
         self._send(interrupt=1)
