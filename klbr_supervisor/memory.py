@@ -15,12 +15,13 @@ has children.
 from __future__ import annotations
 
 import asyncio
+import os
 import re
 import signal
 from dataclasses import dataclass
 from typing import TypedDict
 
-from .system import facts
+from .system import facts, limits
 
 INTERVAL = 1.0  # seconds between samples
 CLOSE_INTERVAL = 0.1  # while the worker holds at least half of what it could have
@@ -107,6 +108,7 @@ class MemoryWatch:
         self._could_have: int | None = None  # MemAvailable and the tree's resident set, at the last full sample
         self._samples = 0
         self._oom_kills = self._system.oom_kills()
+        self.past_limit: int | None = None  # what it used when the samples found it past its limit
         self._loop = asyncio.get_running_loop()
         self._timer: asyncio.TimerHandle | None = None
         self._tick()
@@ -130,6 +132,14 @@ class MemoryWatch:
             return self.now
         if self.limit:
             self.last = Sample(now, max(data for _, data in each), self.limit)
+            # Where the system takes the limit and does not enforce it (macOS), the samples hold it,
+            # and a worker found past it is ended. (Asked only then: Linux's limit is never passed.)
+            if self.last.used > self.limit and self.past_limit is None and not limits.enforced():
+                self.past_limit = self.last.used
+                try:
+                    os.kill(self.pid, signal.SIGKILL)  # its exit ends the generation, and its group
+                except ProcessLookupError:
+                    pass
         else:
             if not quick or self._could_have is None:
                 free = self._system.available()
@@ -160,6 +170,9 @@ class MemoryWatch:
 
     def verdict(self, returncode: int | None, *, asked: bool) -> str | None:
         """See `verdict`: called once, as the worker's end is recorded."""
+        if self.past_limit is not None and self.limit and not asked and returncode == -signal.SIGKILL:
+            return (f"past its memory limit: it used {size_text(self.past_limit)} of {size_text(self.limit)} "
+                    "(Supervisor.memory_limit), which this system does not enforce itself, so klbr ended it")
         return verdict(returncode, asked=asked, last=self.last, limit=self.limit,
                        oom_killed=not asked and returncode == -signal.SIGKILL and self.oom_killed())
 

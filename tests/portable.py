@@ -1,8 +1,9 @@
 """klbr as a Mac runs it, on Linux: a kernelspec whose kernel, and every Python process it starts, has
 what macOS lacks taken away, so `klbr_supervisor.system` takes its portable way for each facility.
 
-- no `os.pidfd_open` and no `prctl` in the C library (taken away by a `sitecustomize` on PYTHONPATH,
-  which every Python process of the kernel but the reaper's `python -I -S` reads);
+- no `os.pidfd_open`, no `prctl` in the C library, and RLIMIT_DATA taken but not enforced (by a
+  `sitecustomize` on PYTHONPATH, which every Python process of the kernel but the reaper's
+  `python -I -S` reads);
 - an empty /proc: the kernel runs in a mount namespace of its own (`unshare`, so root) with a tmpfs
   over /proc. psutil, which on a Mac asks the system itself, is shown the real one elsewhere
   (`psutil.PROCFS_PATH`), or nothing at all (`psutil_sees=False`: nothing here can show another
@@ -30,7 +31,16 @@ if os.environ.get("KLBR_TEST_SYSTEM") == "refused":
         raise OSError(errno.ENOSYS, "Function not implemented")
     os.pidfd_open = pidfd_open
 else:
+    import resource
+
     del os.pidfd_open
+    setrlimit = resource.setrlimit
+
+    def setrlimit_taken(which, limits):  # macOS takes RLIMIT_DATA and does not enforce it
+        if which != resource.RLIMIT_DATA:
+            setrlimit(which, limits)
+
+    resource.setrlimit = setrlimit_taken
 
     class CDLL(ctypes.CDLL):
         def __getattr__(self, name):

@@ -81,6 +81,18 @@ def test_a_session_on_the_portable_path(mac, tmp_path):
     assert process_gone(second, timeout=5)
 
 
+@needs_root
+def test_a_memory_limit_the_system_does_not_enforce_is_held_by_the_samples(mac):
+    """On Linux an allocation past RLIMIT_DATA fails in the cell (`tests/test_memory.py`); where the
+    limit is taken and not enforced (macOS), the worker found past it is ended, and says why."""
+    with start_kernel(mac, extra_arguments=["--Supervisor.memory_limit=256M"]) as (km, kc):
+        reply, _ = execute(kc, "import time\nx = bytearray(512 << 20)\ntime.sleep(60)", timeout=60)
+        content = reply["content"]
+        assert content["ename"] == "WorkerLost" and "past its memory limit" in content["evalue"], content
+        assert "of 256 MiB (Supervisor.memory_limit)" in content["evalue"]
+        assert value(kc, "6 * 7") == 42  # the next generation serves
+
+
 @pytest.mark.parametrize("system", [pytest.param("portable", marks=needs_root), "refused"])
 def test_when_the_process_that_started_the_kernel_is_sigkilled_nothing_is_left(tmp_path, system):
     """The kernel watches the process in JPY_PARENT_PID without a pidfd: as on a Mac, or on a Linux
