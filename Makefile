@@ -2,30 +2,26 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# The install is editable in setuptools' strict mode: site-packages gets a plain path entry instead of
-# an import hook that every interpreter in the venv would run first (about 30 ms per start, paid
-# twice before klbr's first worker runs, once by every plain ipykernel). Strict mode does not see
-# new modules without a reinstall, so the stamp is named for the list of modules: a new one,
-# or a renamed one, installs again.
-MODULES := $(shell ls klbr_kernel/*.py klbr_supervisor/*.py klbr_supervisor/*/*.py | cksum | cut -d' ' -f1)
-STAMP := $(VENV)/.klbr-installed-$(MODULES)
+# The install is editable: hatchling puts the checkout on sys.path with a plain path entry (no
+# import hook that every interpreter in the venv would run first, about 30 ms per start, paid
+# twice before klbr's first worker runs, once by every plain ipykernel), so a new module needs
+# no reinstall. It builds no JupyterLab extension (`make labextension` does, below).
+STAMP := $(VENV)/.klbr-installed
 
 .PHONY: demo test lint bench bench-deps peers docs bytecode browser-deps ssh-deps labextension check-labextension clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml hatch_build.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]" --config-settings editable_mode=strict
-	# An editable install does not place shared data; write the same kernelspec into the venv.
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	# The editable install places the wheel's kernelspec (argv `python`); write it with this interpreter's path.
 	$(BIN)/klbr-kernel install --sys-prefix
-	rm -f $(VENV)/.klbr-installed*
 	touch $@
 
 # Bytecode for klbr's own modules, as pip writes it for an installed wheel: this environment sets
-# PYTHONDONTWRITEBYTECODE, and compiling them again costs every kernel start ~100 ms. Both places
-# they are imported from: the source tree (python -m from here) and the strict install's link tree.
+# PYTHONDONTWRITEBYTECODE, and compiling them again costs every kernel start ~100 ms.
 bytecode: $(STAMP)
-	$(BIN)/python -m compileall -q klbr_kernel klbr_supervisor $(wildcard build/__editable__.*)
+	$(BIN)/python -m compileall -q klbr_kernel klbr_supervisor
 
 # The JupyterLab extension (labextension/), built from its TypeScript with this machine's Node.js and the
 # jupyterlab wheel's jlpm, against the npm registry. node_modules and the bundle are never committed.
@@ -100,12 +96,20 @@ $(OTHER)/.ready: $(OTHER)/.ipykernel-$(OLDEST_IPYKERNEL)
 	touch $@
 
 # ruff and mypy as pyproject.toml configures them: every finding is fixed, or silenced where it is with its reason.
+# mypy again as on macOS, which runs the portable path: a name macOS lacks is a finding there too.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/mypy --platform darwin --cache-dir .mypy_cache/darwin
 
+# The installs from source (tests/test_packaging.py: about 1.5 minutes of pip, npm and venvs, most of
+# it waiting) run beside the rest of the suite, in a pytest of their own; their report follows the suite's.
 test: lint bytecode labextension check-labextension browser-deps ssh-deps $(OTHER)/.ready
-	$(BIN)/python -m pytest -q -ra
+	@mkdir -p build
+	$(BIN)/python -m pytest -q -ra -m packaging -p no:cacheprovider >build/packaging.log 2>&1 & installs=$$!; \
+	$(BIN)/python -m pytest -q -ra -m "not packaging"; suite=$$?; \
+	wait $$installs; packaging=$$?; echo "--- tests/test_packaging.py, run beside:"; cat build/packaging.log; \
+	test $$suite = 0 && test $$packaging = 0
 
 # nbclient's and papermill's own test suites with klbr as `python3` (PEERS=--plain: plain ipykernel,
 # for comparison). Their dependencies go into .venv-peers, not .venv: see tests/peers/run.py.

@@ -21,6 +21,7 @@ from traitlets import Bool, Float, Int, Unicode, default
 from klbr_supervisor.boot.placement import PlacementError, parse
 from klbr_supervisor.store import Store, queries
 
+from . import unsupported
 from ._version import __version__
 from .install import install
 
@@ -225,5 +226,8 @@ class KlbrKernelCommand(KlbrCommand):
 
 
 def main(argv: list[str] | None = None) -> None:
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `klbr-kernel show 7 | head` ends quietly
-    KlbrKernelCommand.launch_instance(argv)
+    if sys.platform == "win32":
+        unsupported.refuse_command()
+    else:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `klbr-kernel show 7 | head` ends quietly
+        KlbrKernelCommand.launch_instance(argv)

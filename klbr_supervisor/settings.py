@@ -72,7 +72,8 @@ class SupervisorSettings(LoggingConfigurable):
              "limit), on local, python: and ssh:// placements: set as the worker's RLIMIT_DATA before ipykernel "
              "starts, so an allocation past it raises MemoryError in the cell and the namespace survives. "
              "Per process (each child inherits its own), private writable memory only (thread stacks "
-             "count; mapped files do not); the prelaunched first worker is not used.",
+             "count; mapped files do not); the prelaunched first worker is not used. Where the system does "
+             "not enforce RLIMIT_DATA (macOS), klbr's memory samples do: a worker found past it is ended.",
     )
     poison_after = Int(
         2, config=True,

@@ -164,6 +164,58 @@ def worker_pid(kc) -> int:
     return int(next(m for m in outputs if m["msg_type"] == "execute_result")["content"]["data"]["text/plain"])
 
 
+# A process that starts a kernel as Jupyter does (its own pid in the kernel's JPY_PARENT_PID), runs a
+# cell whose value is a tuple of pids, prints the kernel's pid and those, and waits to be killed.
+LAUNCHER = """
+import sys
+from jupyter_client import KernelManager
+km = KernelManager(kernel_name=sys.argv[1])
+km.start_kernel()
+kc = km.client()
+kc.start_channels()
+kc.wait_for_ready(timeout=60)
+msg_id = kc.execute(sys.argv[2])
+while True:
+    msg = kc.get_iopub_msg(timeout=30)
+    if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "execute_result":
+        break
+print(km.provisioner.process.pid, *eval(msg["content"]["data"]["text/plain"]), flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+@contextmanager
+def launched(kernel: str, code: str, env: dict | None = None):
+    """A launcher (`LAUNCHER`) of `kernel` that ran `code`: it, and the kernel's pid and the pids `code`
+    gave; whatever of them is left is killed at the end."""
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, kernel, code], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=env)
+    pids: list[int] = []
+    try:
+        pids = [int(word) for word in launcher.stdout.readline().split()]
+        assert pids, "the launcher did not run its cell"
+        yield launcher, pids
+    finally:
+        launcher.kill()
+        launcher.wait()
+        for pid in pids:
+            kill_quietly(pid)
+
+
+def hung_in_c(kc, where: Path) -> tuple[int, int]:
+    """The worker's pid and a child it started, once a cell holds the GIL in C with SIGINT and SIGTERM
+    blocked: ipykernel's parent poller cannot run. (No output can announce it: output needs the GIL.
+    A file in `where` does.)"""
+    pid = worker_pid(kc)
+    _, outputs = execute(kc, "import subprocess\nchild = subprocess.Popen(['sleep', '600'])\nchild.pid")
+    child = int(results(outputs)[0])
+    hung = where / "hung"
+    kc.execute("import ctypes, signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})\n"
+               f"open({str(hung)!r}, 'w').close()\nctypes.PyDLL(None).sleep(600)")
+    until(hung.exists, 10, "the cell holds the GIL in C")
+    return pid, child
+
+
 def processes(match) -> list[int]:
     """The live processes whose command line (a list of its words, bytes) `match` accepts."""
     found = []

@@ -33,6 +33,7 @@ from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
+from ..system import facts
 from .queries import connect
 from .records import CellRecord
 from .recovery import recover_orphans
@@ -108,21 +109,6 @@ class StoreError(Exception):
         self.path = path
         self.cause = cause
         super().__init__(f"{path}: {cause}")
-
-
-def filesystem_type(path: Path) -> str:
-    """The type of the filesystem holding `path`, from /proc/mounts ('' if unknown)."""
-    best, fstype = "", ""
-    try:
-        target = str(path.resolve())
-        for line in Path("/proc/mounts").read_text().splitlines():
-            parts = line.split()
-            mount = parts[1].replace("\\040", " ")
-            if (target == mount or target.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best):
-                best, fstype = mount, parts[2]
-    except OSError:
-        pass
-    return fstype
 
 
 class Store(LoggingConfigurable):
@@ -206,7 +192,7 @@ class Store(LoggingConfigurable):
             pass
         timeout = self.busy_timeout if busy_timeout is None else busy_timeout
         conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
-        fstype = filesystem_type(path)
+        fstype = facts.filesystem_type(path)
         if fstype in _NETWORK_FS:
             log.warning("klbr store %s is on %s: WAL is unsafe there, using a rollback journal", path, fstype)
             conn.execute("PRAGMA journal_mode = DELETE")

@@ -2,7 +2,7 @@
 
 A provisioner other than jupyter_client's local one may block its loop (gateway_provisioners'
 shutdown waits on a `Popen` for up to 30 s, its SSH path blocks on paramiko) or run the kernel where
-no pidfd reaches. `provisioned.ProvisionedWorker` starts this file as
+no exit of a local process can be watched. `provisioned.ProvisionedWorker` starts this file as
 ``python -m klbr_supervisor.targets.provisioner_host REPORT_FD``, one per generation, and speaks JSON lines:
 
 - in, on stdin: ``{"start": {...}}`` first (kernelspec name, the generation's fresh key, env, the
@@ -31,6 +31,8 @@ from typing import Any, NotRequired, Protocol, TypedDict
 
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.session import Session
+
+from ..system import watch
 
 BOUND = 20.0  # seconds a provisioner call gets before the helper goes on without it
 
@@ -94,8 +96,7 @@ class Host:
                 pgid = None  # in our own group: what the kernel's reaper must not take down with it
         self.say(started=info, pid=pid, pgid=pgid)
         if process is not None:
-            fd = os.pidfd_open(process.pid)
-            self._loop.add_reader(fd, self._kernel_exited, process, fd)
+            watch.child_exit(process, lambda: self._kernel_exited(process))
 
     def _local_process(self, km: AsyncKernelManager) -> LocalProcess | None:
         """The kernel's process on this machine, when its provisioner keeps one (a `Popen`)."""
@@ -106,9 +107,7 @@ class Host:
                 return process
         return None
 
-    def _kernel_exited(self, process: LocalProcess, fd: int) -> None:
-        self._loop.remove_reader(fd)
-        os.close(fd)
+    def _kernel_exited(self, process: LocalProcess) -> None:
         self._exited = True
         self.say(exited=process.wait())
         self.now.set()
