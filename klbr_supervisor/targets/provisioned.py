@@ -30,7 +30,7 @@ import zmq
 
 from ..boot.placement import Placement
 from ..exits import describe_exit
-from .base import GenerationArgs, LaunchError, OnExit, SshCommand, Target
+from .base import NO_ENGINES, Engines, GenerationArgs, LaunchError, OnExit, SshCommand, Target
 from .kernelspec import KernelspecTarget
 from .pipes import LinePipe
 from .process import WorkerProcess
@@ -66,9 +66,9 @@ class ProvisionedTarget(Target):
         self._pid: int | None = None  # the kernel's local process, if it has one
 
     @classmethod
-    async def check(cls, placement: Placement, ssh: SshCommand) -> None:
+    async def check(cls, placement: Placement, ssh: SshCommand, engines: Engines = NO_ENGINES) -> None:
         if placement.kind == "kernelspec":
-            await KernelspecTarget.check(placement, ssh)
+            await KernelspecTarget.check(placement, ssh, engines)
 
     @property
     def pid(self) -> int | None:
