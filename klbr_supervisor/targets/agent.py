@@ -153,6 +153,10 @@ class AgentTarget(Target):
             self.oom_killed = bool(message.get("oom_killed"))
             self._end(int(message["exited"]))
 
+    def said(self, lines: list[str]) -> str:
+        """What the command's stderr says of its end (its last line)."""
+        return lines[-1] if lines else ""
+
     @property
     def where(self) -> str:
         """Where its kernel runs, in words for its errors (``on gpu-box``)."""
@@ -165,7 +169,7 @@ class AgentTarget(Target):
     def _command_exited(self, returncode: int) -> None:
         if self._pipe is not None:
             self._pipe.read_now()  # what the agent said before the command ended comes first
-        said = (self.tail().strip().splitlines() or [""])[-1]
+        said = self.said(self.tail().strip().splitlines())
         if not self._started.done():
             self._started.set_exception(LaunchError(
                 f"{self.command_name} {describe_exit(returncode)}" + (f": {said}" if said else "")))

@@ -60,6 +60,12 @@ class SlurmTarget(AgentTarget):
     def where(self) -> str:
         return f"in Slurm job {self.job_name}"
 
+    def said(self, lines: list[str]) -> str:
+        """The scheduler's own words, where it gave any (``*** STEP 12.0 ON node CANCELLED AT ...
+        DUE TO TIME LIMIT ***``), else srun's last line."""
+        scheduler = [line for line in lines if "***" in line]
+        return (scheduler or lines or [""])[-1]
+
     @property
     def local(self) -> str:
         return ""  # over TCP
