@@ -154,7 +154,7 @@ class Generation:
         self._set_state(GenerationState.STARTING, "launched")
         if not target.shares_key:
             take_key(self._session, info)
-        server_key = str(info.get("curve_serverkey") or "")  # a worker reached over a network serves CurveZMQ
+        server_key = str(info.get("curve_publickey") or "")  # a worker that serves CurveZMQ (jupyter_client's name)
         self._channels.connect({name: endpoint(info, name) for name in CHANNELS}, server_key)
         self._readiness.probe()
         ready = self._readiness.ready

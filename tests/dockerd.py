@@ -19,7 +19,9 @@ import hashlib
 import inspect
 import io
 import os
+import shutil
 import signal
+import string
 import subprocess
 import sys
 import tarfile
@@ -88,7 +90,11 @@ class Dockerd:
             except subprocess.TimeoutExpired:
                 self.process.kill()
                 self.process.wait()
-        # dockerd's mounts are gone with it; what is left are plain files
+        # What dockerd leaves mounted (the host network's namespace, once a container used it), then its files.
+        with open("/proc/self/mountinfo") as f:
+            mounts = [line.split()[4] for line in f if line.split()[4].startswith(f"{self.where}/")]
+        for mount in reversed(mounts):
+            subprocess.run(["umount", "--lazy", mount], check=False)  # noqa: S607
         subprocess.run(["rm", "-rf", str(self.where)], check=False)  # noqa: S607
 
 
@@ -127,7 +133,7 @@ def _rootfs(venv: Path, out: Path) -> None:
                 for name in sorted(dirs) + sorted(files):
                     tar.add(Path(root) / name, f"{arc}/{rel / name}", recursive=False)
 
-        for directory, mode in (("tmp", 0o1777), ("root", 0o700), ("etc", 0o755), ("opt", 0o755)):
+        for directory, mode in (("tmp", 0o1777), ("root", 0o755), ("etc", 0o755), ("opt", 0o755)):
             info = tarfile.TarInfo(directory)
             info.type, info.mode = tarfile.DIRTYPE, mode
             tar.addfile(info)
@@ -176,3 +182,54 @@ def klbr_image(dockerd: Dockerd) -> str:
                            capture_output=True, timeout=300)
     return tag
 
+
+
+def gateway_image(dockerd: Dockerd, base: str) -> str:
+    """An image for gateway_provisioners' DockerProvisioner, built on `base` in `dockerd` (no network):
+    bash, its bootstrap script and Python launcher laid out as `jupyter-image-bootstrap install` lays
+    them out (its binds on 0.0.0.0 made 127.0.0.1: its containers run on the host's network here, and
+    nothing may listen past loopback), the launcher's pycryptodomex, `KERNEL_LANGUAGE=Python`, a user
+    of uid 1000 (its launcher runs the kernel as that uid), and klbr's host client, which the kernel
+    cannot hand such a container (nothing is shared with it)."""
+    import gateway_provisioners  # noqa: PLC0415 — only the tests that use its provisioner need it
+
+    from klbr_kernel import client_package  # noqa: PLC0415
+
+    launchers = Path(gateway_provisioners.__file__).parent / "kernel-launchers"
+    tag = f"klbr-gp:{base.split(':')[1]}"
+    if dockerd.docker("image", "inspect", tag, check=False).returncode == 0:
+        return tag
+    with tempfile.TemporaryDirectory() as context:
+        root = Path(context) / "root"
+        bin_dir = root / "usr" / "local" / "bin"
+        python = bin_dir / "kernel-launchers" / "python"
+        for part in ("python", "shared"):  # the shared server listener replaces python's placeholder
+            shutil.copytree(launchers / part, python, dirs_exist_ok=True, ignore=shutil.ignore_patterns("__pycache__"))
+        for script in (python / "scripts").glob("*.py"):  # the network rule here: nothing listens past loopback
+            script.write_text(script.read_text().replace('"0.0.0.0"', '"127.0.0.1"'))
+        bootstrap = string.Template((launchers / "bootstrap" / "bootstrap-kernel.sh").read_text())
+        (bin_dir / "bootstrap-kernel.sh").write_text(bootstrap.safe_substitute(install_dir="/usr/local/bin"))
+        (bin_dir / "bootstrap-kernel.sh").chmod(0o755)
+        for command in ("/bin/bash", "/usr/bin/env"):
+            for path in (Path(command), *_libraries([Path(command)])):
+                target = root / str(path).lstrip("/")
+                target.parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy(path.resolve(), target)
+        site = root / VENV.lstrip("/") / "lib" / next(Path(sys.base_prefix).glob("lib/python3*")).name / "site-packages"
+        # the launcher's own need: it encrypts the connection info it sends back
+        subprocess.run([sys.executable, "-m", "pip", "install", "--quiet", "--disable-pip-version-check",
+                        "--target", str(site), "pycryptodomex"], check=True, capture_output=True)
+        for name, text in client_package.files().items():
+            target = site / name
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_text(text)
+        (root / "etc").mkdir()
+        (root / "etc" / "passwd").write_text("root:x:0:0:root:/root:/bin/bash\njovyan:x:1000:100::/home/jovyan:/bin/bash\n")
+        (root / "etc" / "group").write_text("root:x:0:\nusers:x:100:\n")
+        (Path(context) / "home").mkdir()
+        (Path(context) / "Dockerfile").write_text(
+            f"FROM {base}\nCOPY root/ /\nCOPY --chown=1000:100 home/ /home/jovyan/\nENV KERNEL_LANGUAGE=Python\n"
+            'CMD ["/usr/local/bin/bootstrap-kernel.sh"]\n')
+        subprocess.run([str(DOCKER), "-H", dockerd.host, "build", "--network=none", "--quiet", "-t", tag, context],
+                       check=True, capture_output=True, timeout=300, env={**os.environ, "DOCKER_BUILDKIT": "0"})
+    return tag

@@ -1,23 +1,33 @@
-"""`docker://IMAGE` placement against a real Docker engine.
+"""`docker://IMAGE` placement against a real Docker engine, and gateway_provisioners' DockerProvisioner
+through `kernelspec:` against the same engine.
 
 `make test` installs Debian's docker.io (make engine-deps); this module starts a private dockerd
 (no bridge, no iptables, its socket under /tmp: `tests/dockerd.py`), imports the test image (the host's
 own Python and a venv with ipykernel, no registry; cached outside the clone), points the kernel at it
 with `DOCKER_HOST`, and stops the daemon at the end. Containers run on `--network none`: the kernel's
-sockets are files in a mounted directory.
+sockets are files in a mounted directory. gateway_provisioners' containers run on the host network
+(`GP_DOCKER_NETWORK=host`, `DOCKER_NETWORK=host`), the kernel on 127.0.0.1: its image adds bash, its
+launchers and a uid 1000 to the test image (`dockerd.gateway_image`).
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import sqlite3
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from dockerd import Dockerd, klbr_image
+from dockerd import Dockerd, gateway_image, klbr_image
 from utils import collect, execute, start_kernel, status_row, stream_text, until, value, wait_for_stream
+
+HERE = Path(__file__).parent
+BIN = Path(sys.executable).parent
 
 pytestmark = pytest.mark.docker
 
@@ -136,3 +146,53 @@ def test_an_image_the_engine_lacks_is_refused_before_the_session_moves(tmp_path,
         assert value(kc, HOSTNAME) == hostname
 
 
+
+
+@pytest.fixture(scope="module")
+def gateway_docker(engine, tmp_path_factory) -> Path:
+    """gateway_provisioners' own installer, as its docs say: `jupyter-docker-spec install` (root allowed:
+    this machine's tests run as root), its provisioner the host-network subclass
+    (`tests/provisioners/klbr_docker_host.py`)."""
+    daemon, image = engine
+    prefix = tmp_path_factory.mktemp("gateway-docker")
+    subprocess.run([str(BIN / "jupyter-docker-spec"), "install", f"--prefix={prefix}", "--kernel-name=gp-docker",
+                    f"--image-name={gateway_image(daemon, image)}", "--unauthorized-users=nobody"],
+                   check=True, capture_output=True)
+    spec = prefix / "share" / "jupyter" / "kernels" / "gp-docker" / "kernel.json"
+    kernel = json.loads(spec.read_text())
+    kernel["metadata"]["kernel_provisioner"]["provisioner_name"] = "klbr-host-docker-provisioner"
+    spec.write_text(json.dumps(kernel))
+    return prefix / "share" / "jupyter"
+
+
+def test_gateway_provisioners_docker_provisioner_runs_the_workbench(tmp_path, engine, gateway_docker):
+    """Start, a cell in the container, an interrupt, host calls over TCP with CurveZMQ, and a loss:
+    a kernel that exits in a container is seen as its link's silence (no exit of a process here)."""
+    daemon, image = engine
+    env = {"JUPYTER_PATH": os.pathsep.join([str(gateway_docker), os.environ["JUPYTER_PATH"]]),
+           # the spec's argv runs `python`: this venv's, which has the launcher's needs (docker's SDK)
+           "PATH": os.pathsep.join([str(BIN), os.environ["PATH"]]),
+           "PYTHONPATH": os.pathsep.join([str(HERE / "provisioners"), os.environ.get("PYTHONPATH", "")]),
+           "GP_DOCKER_NETWORK": "host", "DOCKER_NETWORK": "host", "GP_RESPONSE_IP": "127.0.0.1",
+           "KLBR_DB": str(tmp_path / "log.sqlite3"), **daemon.environ}
+    with start_kernel(extra_arguments=["--Supervisor.placement=kernelspec:gp-docker", "--HostService.tcp_ip=127.0.0.1",
+                                       "--Supervisor.link_timeout=3"], env=env) as (km, kc):
+        assert value(kc, "(__import__('os').path.exists('/.dockerenv'), __import__('os').getuid())", timeout=90) == (True, 1000)
+        assert len(daemon.docker("ps", "-q").stdout.split()) == 1
+        execute(kc, "kept = 41")
+        msg_id = kc.execute("print('asleep', flush=True); import time; time.sleep(60)")
+        wait_for_stream(kc, msg_id)
+        km.interrupt_kernel()
+        assert collect(kc, msg_id)[0]["content"]["ename"] == "KeyboardInterrupt"
+        assert value(kc, "kept + 1") == 42
+        execute(kc, "from klbr_kernel import host")
+        assert value(kc, "host.inspect()['placement']") == "kernelspec:gp-docker"
+        execute(kc, "host.put('seen', 'container')")
+        assert value(kc, "host.get('seen')") == "container"
+        assert value(kc, "__import__('os').environ['KERNEL_KLBR_HOST_ENDPOINT'].startswith('tcp://127.0.0.1:')")
+        reply, _ = execute(kc, "import os; os._exit(3)", timeout=60)
+        assert reply["content"]["ename"] == "PlacementLost", reply["content"]
+        reply, outputs = execute(kc, "%klbr reconnect", timeout=120)
+        assert reply["content"]["status"] == "ok", stream_text(outputs)
+        assert value(kc, "__import__('os').path.exists('/.dockerenv')") is True
+    until(lambda: not daemon.docker("ps", "-q").stdout.split(), 30, "no container left after the shutdown")

@@ -36,6 +36,7 @@ from .pipes import LinePipe
 from .process import WorkerProcess
 
 FORWARDED = "KERNEL_"  # the prefix of what gateway_provisioners forward to a kernel's environment
+PROVISIONER_PREFIXES = ("GP_", "DOCKER_")  # what configures a provisioner and its engine's client
 if TYPE_CHECKING:
     from .provisioner_host import Start
 
@@ -73,6 +74,13 @@ class ProvisionedTarget(Target):
     @property
     def pid(self) -> int | None:
         return self._pid
+
+    def environ(self) -> dict[str, str]:
+        """The minimal environment, and what configures the provisioner itself: gateway_provisioners
+        reads its options from ``GP_*`` variables, Docker's client its engine from ``DOCKER_*``, a
+        Kubernetes client its cluster from ``KUBECONFIG``."""
+        return {**super().environ(), **{name: value for name, value in os.environ.items()
+                                        if name.startswith(PROVISIONER_PREFIXES) or name == "KUBECONFIG"}}
 
     def environment(self, host: dict[str, str]) -> dict[str, str]:
         """Its host channel on TCP with CurveZMQ, where a kernel its provisioner runs elsewhere may

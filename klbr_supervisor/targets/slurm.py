@@ -106,7 +106,7 @@ class SlurmTarget(AgentTarget):
     def connection(self, started: dict[str, Any]) -> dict[str, Any]:
         ports = started["ports"]
         return {"transport": "tcp", "ip": started["ip"], "key": self.key,
-                "signature_scheme": self.session.signature_scheme, "curve_serverkey": self._curve[0],
+                "signature_scheme": self.session.signature_scheme, "curve_publickey": self._curve[0],
                 **{f"{name}_port": ports[name] for name in CHANNELS}}
 
     def close(self) -> None:
