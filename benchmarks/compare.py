@@ -90,21 +90,29 @@ def _engine_kernelspecs(root: str, dockerd: Dockerd, image: str, cluster: Cluste
 def engine_round(args, r: int, code: str, add) -> None:
     """One round of the docker:// and slurm:// rows: start → first cell, trivial cells, the big output."""
     for engine, kernels in ENGINES.items():
-        order = rotated(kernels, r)
-        for label, name in order.items():
-            add(label, f"{engine} start → first cell (s)", startup(name)[1])
+        placed_round(engine, kernels, args, r, code, add)
 
-        def add_cell(label: str, measure: str, value: float, engine: str = engine) -> None:
-            if measure == "trivial cell (ms)":
-                add(label, f"{engine} trivial cell p50 (ms)", value)
 
-        trivial_cells(order, args.cells, add_cell)
-        with ExitStack() as stack:
-            running = {label: stack.enter_context(kernel(name)) for label, name in order.items()}
-            for _, kc in running.values():
-                run_cell(kc, "pass")
-            for label, (_, kc) in running.items():
-                add(label, f"{engine} {args.output_mib} MiB output (s)", run_cell(kc, code))
+def placed_round(prefix: str, kernels: dict[str, str], args, r: int, code: str, add, also=None) -> None:
+    """One round of a placement's rows (`prefix`: ssh://, docker://, slurm://): start → first cell,
+    trivial cells, the big output; `also(running)` then, with each kernel still running."""
+    order = rotated(kernels, r)
+    for label, name in order.items():
+        add(label, f"{prefix} start → first cell (s)", startup(name)[1])
+
+    def add_cell(label: str, measure: str, value: float) -> None:
+        if measure == "trivial cell (ms)":
+            add(label, f"{prefix} trivial cell p50 (ms)", value)
+
+    trivial_cells(order, args.cells, add_cell)
+    with ExitStack() as stack:
+        running = {label: stack.enter_context(kernel(name)) for label, name in order.items()}
+        for _, kc in running.values():
+            run_cell(kc, "pass")
+        for label, (_, kc) in running.items():
+            add(label, f"{prefix} {args.output_mib} MiB output (s)", run_cell(kc, code))
+        if also is not None:
+            also(running)
 
 
 def _bench_kernelspecs(sshd: Sshd) -> str:
@@ -133,24 +141,13 @@ def _bench_kernelspecs(sshd: Sshd) -> str:
 
 
 def ssh_round(args, r: int, code: str, add) -> None:
-    """One round of the ssh:// rows: start → first cell, trivial cells, the big output."""
-    order = rotated(SSH, r)
-    for label, name in order.items():
-        add(label, "ssh:// start → first cell (s)", startup(name)[1])
+    """One round of the ssh:// rows, and host calls over the channel forwarded back over ssh."""
 
-    def add_ssh(label: str, measure: str, value: float) -> None:
-        if measure == "trivial cell (ms)":
-            add(label, "ssh:// trivial cell p50 (ms)", value)
-
-    trivial_cells(order, args.cells, add_ssh)
-    with ExitStack() as stack:
-        running = {label: stack.enter_context(kernel(name)) for label, name in order.items()}
-        for _, kc in running.values():
-            run_cell(kc, "pass")
-        for label, (_, kc) in running.items():
-            add(label, f"ssh:// {args.output_mib} MiB output (s)", run_cell(kc, code))
-        for measure, value in host_calls(running["klbr"][1]).items():  # the channel forwarded back over ssh
+    def host(running) -> None:
+        for measure, value in host_calls(running["klbr"][1]).items():
             add("klbr", f"ssh:// {measure}", value)
+
+    placed_round("ssh://", SSH, args, r, code, add, host)
 
 
 def pct(values: list[float], p: float) -> float:

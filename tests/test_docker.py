@@ -24,7 +24,17 @@ from pathlib import Path
 import pytest
 
 from dockerd import Dockerd, gateway_image, klbr_image
-from utils import collect, execute, start_kernel, status_row, stream_text, until, value, wait_for_stream
+from utils import (
+    collect,
+    execute,
+    interrupt_keeps_the_namespace,
+    start_kernel,
+    status_row,
+    stream_text,
+    until,
+    value,
+    wait_for_stream,
+)
 
 HERE = Path(__file__).parent
 BIN = Path(sys.executable).parent
@@ -70,12 +80,7 @@ def test_cells_run_in_a_container_with_host_calls_and_interrupts(tmp_path, engin
         execute(kc, "host.put('seen', {'where': 'container'})")
         assert value(kc, "host.get('seen')") == {"where": "container"}
         # an interrupt keeps the namespace
-        execute(kc, "kept = 41")
-        msg_id = kc.execute("print('asleep', flush=True); import time; time.sleep(60)")
-        wait_for_stream(kc, msg_id)
-        km.interrupt_kernel()
-        assert collect(kc, msg_id)[0]["content"]["ename"] == "KeyboardInterrupt"
-        assert value(kc, "kept + 1") == 42
+        interrupt_keeps_the_namespace(km, kc)
         assert value(kc, HOSTNAME) == hostname
     until(lambda: not daemon.containers(), 5, "no container left after the shutdown")
 
@@ -179,12 +184,7 @@ def test_gateway_provisioners_docker_provisioner_runs_the_workbench(tmp_path, en
                                        "--Supervisor.link_timeout=3"], env=env) as (km, kc):
         assert value(kc, "(__import__('os').path.exists('/.dockerenv'), __import__('os').getuid())", timeout=90) == (True, 1000)
         assert len(daemon.docker("ps", "-q").stdout.split()) == 1
-        execute(kc, "kept = 41")
-        msg_id = kc.execute("print('asleep', flush=True); import time; time.sleep(60)")
-        wait_for_stream(kc, msg_id)
-        km.interrupt_kernel()
-        assert collect(kc, msg_id)[0]["content"]["ename"] == "KeyboardInterrupt"
-        assert value(kc, "kept + 1") == 42
+        interrupt_keeps_the_namespace(km, kc)
         execute(kc, "from klbr_kernel import host")
         assert value(kc, "host.inspect()['placement']") == "kernelspec:gp-docker"
         execute(kc, "host.put('seen', 'container')")
