@@ -21,7 +21,6 @@ import os
 import secrets
 import shutil
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -65,18 +64,16 @@ def main() -> None:
         srun, python = sys.argv[sys.argv.index("--srun") + 1:][:2]
         public, secret = zmq.curve_keypair()
         server_key = public
-        ports = []
-        for _ in CHANNELS:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", 0))
-                ports.append(s.getsockname()[1])
+        # ports 0: ipykernel binds ports of its choosing and writes them into the file, as klbr's agent has it
         back = dict(back, transport="tcp", ip="127.0.0.1", curve_publickey=public.decode(),
-                    curve_secretkey=secret.decode(), **{f"{name}_port": p for name, p in zip(CHANNELS, ports, strict=True)})
+                    curve_secretkey=secret.decode(), **{f"{name}_port": 0 for name in CHANNELS})
         with open(connection_file, "w") as f:
             json.dump(back, f)
         worker = subprocess.Popen([*srun.split(","), "--quiet", python, "-m", "ipykernel_launcher",  # noqa: S603 — our argv
                                    "-f", connection_file], stdin=subprocess.DEVNULL)
-        _wait(lambda: _listens(back["shell_port"]))  # the job has started
+        _wait(lambda: _bound(connection_file))  # the job has started, its kernel bound its ports
+        with open(connection_file) as f:
+            back = dict(back, **{f"{name}_port": json.load(f)[f"{name}_port"] for name in CHANNELS})
     else:
         worker = subprocess.Popen(  # noqa: S603 — our argv
             [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file])
@@ -115,9 +112,13 @@ def _wait(ready) -> None:
         time.sleep(0.01)
 
 
-def _listens(port: int) -> bool:
-    with socket.socket() as s:
-        return s.connect_ex(("127.0.0.1", port)) == 0
+def _bound(connection_file: str) -> bool:
+    try:
+        with open(connection_file) as f:
+            info = json.load(f)
+    except ValueError:  # being written
+        return False
+    return all(info.get(f"{name}_port") for name in CHANNELS)
 
 
 def _over_ssh(config: str, host: str, python: str, back: dict, runtime: str) -> subprocess.Popen:

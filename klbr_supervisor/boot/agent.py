@@ -99,18 +99,17 @@ def _serves_curve() -> bool:
         return False
 
 
-def _free_ports(ip: str, count: int) -> list[int]:
-    """Ports free on `ip` now, for the kernel to bind (the cluster keeps its own in a range apart)."""
-    held = []
+def _bound(connection: str, channels: dict[str, int]) -> dict[str, int] | None:
+    """The TCP ports the kernel bound, once it has written them into its connection file (ipykernel
+    binds ports of the system's choosing for those given as 0, then writes the file again with them:
+    no port is chosen before it is bound, so none is taken by another process in between)."""
     try:
-        for _ in range(count):
-            s = socket.socket()
-            s.bind((ip, 0))
-            held.append(s)
-        return [s.getsockname()[1] for s in held]
-    finally:
-        for s in held:
-            s.close()
+        with open(connection, encoding="utf-8") as f:
+            info = json.load(f)
+    except (OSError, ValueError):  # not written again yet, or being written
+        return None
+    ports = {name: int(info.get(f"{name}_port") or 0) for name in channels}
+    return ports if all(ports.values()) else None
 
 
 def _connection(start: dict[str, Any], where: str) -> dict[str, Any]:
@@ -121,10 +120,9 @@ def _connection(start: dict[str, Any], where: str) -> dict[str, Any]:
     if start.get("transport") == "tcp":
         # The node's address as the cluster knows it (its slurmd's node name), else its host name's.
         ip = start["ip"] or socket.gethostbyname(os.environ.get("SLURMD_NODENAME") or socket.gethostname())
-        ports = _free_ports(ip, len(start["channels"]))
         info.update({"transport": "tcp", "ip": ip, "curve_publickey": start["curve_publickey"],
                      "curve_secretkey": start["curve_secretkey"]})
-        info.update({f"{name}_port": port for name, port in zip(start["channels"], ports, strict=True)})
+        info.update({f"{name}_port": 0 for name in start["channels"]})  # the kernel's choice: `_bound`
     else:
         info.update({"transport": "ipc", "ip": os.path.join(where, "k")})
         info.update({f"{name}_port": port for name, port in start["channels"].items()})
@@ -172,14 +170,15 @@ def main() -> None:
             # its parent poller ends it if the agent is gone, as a frontend's would
             env={**os.environ, "JPY_PARENT_PID": str(os.getpid()), **_host_channel(start, where)})
         threading.Thread(target=lambda: events.put(("exit", proc.wait())), daemon=True).start()
-        # Over TCP its clients connect and retry until it listens: said at once, with its ports.
-        sockets = [] if info["transport"] == "tcp" else [f"{info['ip']}-{port}" for port in start["channels"].values()]
-        ports = {name: info[f"{name}_port"] for name in start["channels"]}
+        sockets = [f"{info['ip']}-{port}" for port in start["channels"].values()]
+        ports: dict[str, int] | None = dict(start["channels"])
         lease = float(start["lease"])
         deadline = time.monotonic() + lease
         started = False
         while True:
-            if not started and all(os.path.exists(s) for s in sockets):
+            if not started and info["transport"] == "tcp":
+                ports = _bound(connection, start["channels"])
+            if not started and ports is not None and (info["transport"] == "tcp" or all(map(os.path.exists, sockets))):
                 started = True
                 _say(started=proc.pid, ports=ports, ip=info["ip"])
             wait = deadline - time.monotonic() if started else min(0.02, deadline - time.monotonic())
