@@ -28,6 +28,7 @@ from utils import (
     collect,
     execute,
     interrupt_keeps_the_namespace,
+    processes,
     start_kernel,
     status_row,
     stream_text,
@@ -118,6 +119,22 @@ def test_a_sigkilled_kernel_leaves_no_container(tmp_path, engine):
         began = time.monotonic()
         until(lambda: not daemon.containers(), 5, "no container left after the kernel's SIGKILL")
         print(f"container gone {time.monotonic() - began:.2f} s after the kernel's SIGKILL")
+
+
+def test_a_sigkilled_docker_run_is_placement_lost_and_its_container_goes(tmp_path, engine):
+    """A killed `docker run` leaves its container running: klbr removes it by name."""
+    daemon, image = engine
+    with on_docker(tmp_path, engine) as (km, kc):
+        assert value(kc, "1") == 1
+        mount = f"--volume={tmp_path}:{tmp_path}".encode()  # the notebook's directory: this kernel's
+        runs = processes(lambda words: words[:2] == [b"docker", b"run"] and mount in words)
+        assert len(runs) == 1, runs
+        msg_id = kc.execute("print('running', flush=True)\nimport time\ntime.sleep(120)")
+        wait_for_stream(kc, msg_id)
+        os.kill(runs[0], signal.SIGKILL)
+        reply, _ = collect(kc, msg_id, timeout=60)
+        assert reply["content"]["ename"] == "PlacementLost" and "docker run" in reply["content"]["evalue"], reply["content"]
+        until(lambda: not daemon.containers(), 5, "no container left after its docker run was killed")
 
 
 def test_a_daemon_that_stops_answering_is_placement_lost(tmp_path, engine):
