@@ -8,7 +8,7 @@ fresh key, the worker's bootstrap and arguments, the channels' ports, the lease,
 none, the kernel's working directory or none for the home directory, and for a kernel reached over TCP
 the address to listen on and its CurveZMQ keys), later ``{"lease": 1}`` (renewed every second) and
 ``{"signal": N}``. On stdout: ``{"started": PID}`` once the kernel's sockets exist (over TCP, with the
-ports it listens on), and ``{"exited": STATUS, "oom_killed": BOOL}`` if it exits (whether the kernel
+ports it bound, read from the connection file ipykernel writes again once it has them), and ``{"exited": STATUS, "oom_killed": BOOL}`` if it exits (whether the kernel
 of its memory cgroup counted an OOM kill meanwhile: a container's limit); ``{"failed": TEXT}`` instead
 when the interpreter has no ipykernel, or no CurveZMQ for TCP.
 
