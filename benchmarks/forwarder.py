@@ -73,7 +73,8 @@ def main() -> None:
                                    "-f", connection_file], stdin=subprocess.DEVNULL)
         _wait(lambda: _bound(connection_file))  # the job has started, its kernel bound its ports
         with open(connection_file) as f:
-            back = dict(back, **{f"{name}_port": json.load(f)[f"{name}_port"] for name in CHANNELS})
+            bound = json.load(f)
+        back = dict(back, **{f"{name}_port": bound[f"{name}_port"] for name in CHANNELS})
     else:
         worker = subprocess.Popen(  # noqa: S603 — our argv
             [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file])
