@@ -69,19 +69,18 @@ class DockerTarget(AgentTarget):
 
     @classmethod
     async def check(cls, placement: Placement, ssh: SshCommand, engines: Engines = NO_ENGINES) -> None:
-        """The engine answers and has the image (unless the spec asks for a pull)."""
+        """The engine answers, and has the image (unless the spec asks for a pull)."""
+        status, said = await _docker(engines, "version", "--format", "{{.Server.Version}}")
+        if status != 0:
+            message = f"{placement}: {said or 'docker failed'}"
+            raise PlacementError(message)
         if placement.option("pull", "never") != "never":
-            status, said = await _docker(engines, "version", "--format", "{{.Server.Version}}")
-        else:
-            status, said = await _docker(engines, "image", "inspect", "--format", "{{.Id}}", placement.target)
-        if status == 0:
             return
-        if "No such image" in said:
+        status, said = await _docker(engines, "image", "inspect", "--format", "{{.Id}}", placement.target)
+        if status != 0:  # the engine answered: the image is not there
             message = (f"{placement}: the engine has no image {placement.target} (klbr pulls only when the spec "
                        f"says pull=missing or pull=always; or run `docker pull {placement.target}`)")
-        else:
-            message = f"{placement}: {said or 'docker failed'}"
-        raise PlacementError(message)
+            raise PlacementError(message)
 
     @property
     def command_name(self) -> str:
@@ -113,10 +112,10 @@ class DockerTarget(AgentTarget):
             words.append(f"--volume={endpoint.removeprefix('ipc://')}:{endpoint.removeprefix('ipc://')}")
         if self.memory_limit:
             words += [f"--memory={self.memory_limit}", f"--memory-swap={self.memory_limit}"]
+        words += given.engines.docker_options
         words += [f"--gpus={gpus}" for gpus in placement.all("gpus")]
         words += [f"--volume={mount}" for mount in placement.all("mount")]
-        return [*words, *given.engines.docker_options, "--", placement.target, placement.option("python", "python3"),
-                "-c", READ_FIRST_LINE]
+        return [*words, "--", placement.target, placement.option("python", "python3"), "-c", READ_FIRST_LINE]
 
     def spawn(self, extra_arguments: list[str], host: dict[str, str]) -> subprocess.Popen[bytes]:
         os.mkdir(self._dir, 0o700)
