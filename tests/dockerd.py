@@ -174,6 +174,9 @@ def klbr_image(dockerd: Dockerd) -> str:
             partial = Path(build) / "rootfs.tar"
             _rootfs(venv, partial)
             partial.rename(cached)
+        for stale in cached.parent.glob("klbr-test-*.tar"):  # other inputs' (a run reading one keeps its file open)
+            if stale != cached:
+                stale.unlink(missing_ok=True)
     if dockerd.docker("image", "inspect", tag, check=False).returncode != 0:
         with open(cached, "rb") as f:
             # its venv first on PATH: `python3` is the one with ipykernel, as in an image made for it
