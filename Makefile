@@ -8,7 +8,7 @@ BIN := $(VENV)/bin
 # no reinstall. It builds no JupyterLab extension (`make labextension` does, below).
 STAMP := $(VENV)/.klbr-installed
 
-.PHONY: demo test lint bench bench-deps peers docs bytecode browser-deps ssh-deps labextension check-labextension clean
+.PHONY: demo test lint bench bench-deps peers docs bytecode browser-deps ssh-deps engine-deps labextension check-labextension clean
 
 $(STAMP): pyproject.toml hatch_build.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
@@ -73,6 +73,16 @@ ssh-deps:
 	@test -x /usr/sbin/sshd && command -v ssh >/dev/null 2>&1 || { \
 		(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; }
 
+# Debian's Docker engine, Slurm and munge for the docker:// and slurm:// placement tests and benchmarks:
+# nothing starts by itself. Each test module starts a private dockerd (no bridge, no iptables) or a
+# one-node Slurm cluster on 127.0.0.1 as children of the run, and stops them (tests/engines/).
+# apt waits for the lock: other runs on this machine may be installing at the same time.
+APT := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
+engine-deps:
+	@test -x /usr/bin/docker && test -x /usr/sbin/dockerd && command -v slurmctld >/dev/null 2>&1 && \
+		command -v munged >/dev/null 2>&1 || { \
+		($(APT) update -qq || true) && $(APT) install -y -qq --no-install-recommends docker.io slurm-wlm munge >/dev/null; }
+
 # Debian's valgrind for the proxy's instruction count per cell (`benchmarks/proxy_cost.py
 # --callgrind`): a benchmark's tool, never needed by `make test`. (No hardware counters in this VM,
 # so `perf stat` cannot count instructions here.)
@@ -104,7 +114,7 @@ lint: $(STAMP)
 
 # The installs from source (tests/test_packaging.py: about 1.5 minutes of pip, npm and venvs, most of
 # it waiting) run beside the rest of the suite, in a pytest of their own; their report follows the suite's.
-test: lint bytecode labextension check-labextension browser-deps ssh-deps $(OTHER)/.ready
+test: lint bytecode labextension check-labextension browser-deps ssh-deps engine-deps $(OTHER)/.ready
 	@mkdir -p build
 	$(BIN)/python -m pytest -q -ra -m packaging -p no:cacheprovider >build/packaging.log 2>&1 & installs=$$!; \
 	$(BIN)/python -m pytest -q -ra -m "not packaging"; suite=$$?; \
@@ -116,7 +126,7 @@ test: lint bytecode labextension check-labextension browser-deps ssh-deps $(OTHE
 peers: bytecode
 	$(BIN)/python tests/peers/run.py $(PEERS)
 
-bench: bytecode labextension browser-deps ssh-deps $(OTHER)/.ready
+bench: bytecode labextension browser-deps ssh-deps engine-deps $(OTHER)/.ready
 	$(BIN)/python benchmarks/compare.py --doc docs/benchmarks.md
 	$(BIN)/python benchmarks/restore_browser.py
 

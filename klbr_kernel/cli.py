@@ -182,7 +182,8 @@ class InstallCommand(KlbrCommand):
     kernel_name = Unicode("klbr", config=True, help="The kernelspec's name.")
     display_name = Unicode("", config=True, help='The display name (default: "Python 3 (klbr)").')
     placement = Unicode("", config=True, help="Where its sessions run (Supervisor.placement), as "
-                        "ssh://gpu-box/usr/bin/python3; written into the kernelspec's command line.")
+                        "ssh://gpu-box/usr/bin/python3, docker://IMAGE or slurm://PARTITION; written into the "
+                        "kernelspec's command line.")
     aliases = {**base_aliases, "prefix": "InstallCommand.prefix", "name": "InstallCommand.kernel_name",
                "display-name": "InstallCommand.display_name", "placement": "InstallCommand.placement"}
     flags = {

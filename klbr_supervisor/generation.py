@@ -156,7 +156,8 @@ class Generation:
         self._set_state(GenerationState.STARTING, "launched")
         if not target.shares_key:
             take_key(self._session, info)
-        self._channels.connect({name: endpoint(info, name) for name in CHANNELS})
+        server_key = str(info.get("curve_publickey") or "")  # a worker that serves CurveZMQ (jupyter_client's name)
+        self._channels.connect({name: endpoint(info, name) for name in CHANNELS}, server_key)
         self._readiness.probe()
         ready = self._readiness.ready
         try:
@@ -179,7 +180,7 @@ class Generation:
         self._served.set_result(None)
         if not target.shares_key and self._link_timeout > 0:  # from now on, silence is a lost link
             self._link = LinkWatch(f"gen{self.number}", self._zmq, endpoint(info, "hb"), self._link_timeout,
-                                   self._link_lost)
+                                   self._link_lost, server_key)
             self._traffic.heard = self._link.heard  # a message its key signed is word from it too
         return True
 
@@ -338,7 +339,8 @@ class Generation:
         if self.memory is not None:
             memory = self.memory.verdict(returncode, asked=asked)
         else:  # not sampled (a remote worker): its limit alone can be named
-            memory = verdict(returncode, asked=asked, last=None, limit=self.memory_limit, oom_killed=False)
+            memory = verdict(returncode, asked=asked, last=None, limit=self.memory_limit,
+                             oom_killed=not asked and self.target.oom_killed)
         self._close(None, describe_exit(returncode))
         if memory is not None and self._closing is not None:
             self._closing.memory = memory

@@ -17,6 +17,7 @@ from typing import Any
 
 import zmq
 
+from .connection import curve_client
 from .sockets import Channel
 
 
@@ -30,10 +31,12 @@ def endpoint(info: dict[str, Any], channel: str) -> str:
 
 class LinkWatch:
     def __init__(self, name: str, context: zmq.Context[zmq.Socket[bytes]], heartbeat: str, timeout: float,
-                 on_lost: Callable[[float], None]):
-        """Pings `heartbeat` from now on; `on_lost(seconds_silent)` is called once, on the loop."""
+                 on_lost: Callable[[float], None], server_key: str = ""):
+        """Pings `heartbeat` from now on (a CurveZMQ client of `server_key`, if any);
+        `on_lost(seconds_silent)` is called once, on the loop."""
         sock = context.socket(zmq.DEALER)
         sock.linger = 0
+        curve_client(sock, server_key)
         sock.connect(heartbeat)
         self._channel = Channel(f"{name}.hb", sock, self.heard)
         self._timeout = timeout

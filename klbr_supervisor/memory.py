@@ -80,7 +80,8 @@ def verdict(returncode: int | None, *, asked: bool, last: Sample | None, limit: 
         return None
     if returncode == -signal.SIGKILL:
         if oom_killed:
-            return "out of memory (the system killed it)"
+            at = f" at its memory limit of {size_text(limit)} (Supervisor.memory_limit)" if limit else ""
+            return f"out of memory (the system killed it{at})"
         if last is not None and last.could_have and last.used >= NEAR * last.could_have:
             where = " (Supervisor.memory_limit)" if limit else ""
             return (f"most likely out of memory: it used {size_text(last.used)}, with about "

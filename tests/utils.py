@@ -273,6 +273,16 @@ def until(check, timeout: float, what: str):
         time.sleep(0.05)
 
 
+def interrupt_keeps_the_namespace(km, kc) -> None:
+    """A cell that sleeps, interrupted once it has printed: KeyboardInterrupt, and the namespace as it was."""
+    execute(kc, "kept = 41")
+    msg_id = kc.execute("print('asleep', flush=True); import time; time.sleep(60)")
+    wait_for_stream(kc, msg_id)
+    km.interrupt_kernel()
+    assert collect(kc, msg_id)[0]["content"]["ename"] == "KeyboardInterrupt"
+    assert value(kc, "kept + 1") == 42
+
+
 def status_row(kc, row: str, seen: list | None = None) -> str:
     """One row of `%klbr status` (a cell the proxy answers: no worker sees it); `seen` as for `execute`."""
     _, outputs = execute(kc, "%klbr status", seen=seen)

@@ -56,6 +56,8 @@ class LocalProcess(Protocol):
 
     def wait(self) -> int: ...
 
+    def poll(self) -> int | None: ...
+
 
 class Host:
     def __init__(self, report_fd: int):
@@ -99,12 +101,14 @@ class Host:
             watch.child_exit(process, lambda: self._kernel_exited(process))
 
     def _local_process(self, km: AsyncKernelManager) -> LocalProcess | None:
-        """The kernel's process on this machine, when its provisioner keeps one (a `Popen`)."""
+        """The kernel's process on this machine, when its provisioner keeps one (a `Popen`). One that
+        has ended before the kernel answered was only its launcher (gateway_provisioners' Docker and
+        Kubernetes launchers start a container or a pod and exit): its exit says nothing of the kernel."""
         provisioner = km.provisioner
         for name in ("process", "local_proc"):
             process: LocalProcess | None = getattr(provisioner, name, None)
             if process is not None and hasattr(process, "pid"):
-                return process
+                return process if process.poll() is None else None
         return None
 
     def _kernel_exited(self, process: LocalProcess) -> None:
