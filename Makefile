@@ -2,31 +2,26 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-# The install is editable in setuptools' strict mode: site-packages gets a plain path entry instead of
-# an import hook that every interpreter in the venv would run first (about 30 ms per start, paid
-# twice before klbr's first worker runs, once by every plain ipykernel). Strict mode does not see
-# new modules without a reinstall, so the stamp is named for the list of modules: a new one,
-# or a renamed one, installs again.
-MODULES := $(shell find klbr_kernel klbr_supervisor -name '*.py' | sort | cksum | cut -d' ' -f1)
-STAMP := $(VENV)/.klbr-installed-$(MODULES)
+# The install is editable: hatchling puts the checkout on sys.path with a plain path entry (no
+# import hook that every interpreter in the venv would run first, about 30 ms per start, paid
+# twice before klbr's first worker runs, once by every plain ipykernel), so a new module needs
+# no reinstall. It builds no JupyterLab extension (`make labextension` does, below).
+STAMP := $(VENV)/.klbr-installed
 
-.PHONY: demo test lint bench bench-deps peers docs bytecode browser-deps ssh-deps labextension check-labextension clean
+.PHONY: demo test lint bench bench-deps peers docs bytecode browser-deps ssh-deps engine-deps labextension check-labextension clean
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml hatch_build.py
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
-	$(BIN)/python -m pip install --quiet -e ".[test]" --config-settings editable_mode=strict
-	# An editable install does not place shared data; write the same kernelspec into the venv.
+	$(BIN)/python -m pip install --quiet -e ".[test]"
+	# The editable install places the wheel's kernelspec (argv `python`); write it with this interpreter's path.
 	$(BIN)/klbr-kernel install --sys-prefix
-	rm -f $(VENV)/.klbr-installed*
 	touch $@
 
 # Bytecode for klbr's own modules, as pip writes it for an installed wheel: this environment sets
-# PYTHONDONTWRITEBYTECODE, and compiling them again costs every kernel start ~100 ms. Both places
-# they are imported from, every package at any depth: the source tree (python -m from here) and the
-# strict install's link tree, looked for when the recipe runs (the install it depends on makes it).
+# PYTHONDONTWRITEBYTECODE, and compiling them again costs every kernel start ~100 ms.
 bytecode: $(STAMP)
-	$(BIN)/python -m compileall -q klbr_kernel klbr_supervisor $$(ls -d build/__editable__.* 2>/dev/null)
+	$(BIN)/python -m compileall -q klbr_kernel klbr_supervisor
 
 # The JupyterLab extension (labextension/), built from its TypeScript with this machine's Node.js and the
 # jupyterlab wheel's jlpm, against the npm registry. node_modules and the bundle are never committed.
@@ -78,6 +73,16 @@ ssh-deps:
 	@test -x /usr/sbin/sshd && command -v ssh >/dev/null 2>&1 || { \
 		(apt-get update -qq || true) && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq openssh-server openssh-client >/dev/null; }
 
+# Debian's Docker engine, Slurm and munge for the docker:// and slurm:// placement tests and benchmarks:
+# nothing starts by itself. Each test module starts a private dockerd (no bridge, no iptables) or a
+# one-node Slurm cluster on 127.0.0.1 as children of the run, and stops them (tests/engines/).
+# apt waits for the lock: other runs on this machine may be installing at the same time.
+APT := DEBIAN_FRONTEND=noninteractive apt-get -o DPkg::Lock::Timeout=600
+engine-deps:
+	@test -x /usr/bin/docker && test -x /usr/sbin/dockerd && command -v slurmctld >/dev/null 2>&1 && \
+		command -v munged >/dev/null 2>&1 || { \
+		($(APT) update -qq || true) && $(APT) install -y -qq --no-install-recommends docker.io slurm-wlm munge >/dev/null; }
+
 # Debian's valgrind for the proxy's instruction count per cell (`benchmarks/proxy_cost.py
 # --callgrind`): a benchmark's tool, never needed by `make test`. (No hardware counters in this VM,
 # so `perf stat` cannot count instructions here.)
@@ -101,19 +106,27 @@ $(OTHER)/.ready: $(OTHER)/.ipykernel-$(OLDEST_IPYKERNEL)
 	touch $@
 
 # ruff and mypy as pyproject.toml configures them: every finding is fixed, or silenced where it is with its reason.
+# mypy again as on macOS, which runs the portable path: a name macOS lacks is a finding there too.
 lint: $(STAMP)
 	$(BIN)/ruff check .
 	$(BIN)/mypy
+	$(BIN)/mypy --platform darwin --cache-dir .mypy_cache/darwin
 
-test: lint bytecode labextension check-labextension browser-deps ssh-deps $(OTHER)/.ready
-	$(BIN)/python -m pytest -q -ra
+# The installs from source (tests/test_packaging.py: about 1.5 minutes of pip, npm and venvs, most of
+# it waiting) run beside the rest of the suite, in a pytest of their own; their report follows the suite's.
+test: lint bytecode labextension check-labextension browser-deps ssh-deps engine-deps $(OTHER)/.ready
+	@mkdir -p build
+	$(BIN)/python -m pytest -q -ra -m packaging -p no:cacheprovider >build/packaging.log 2>&1 & installs=$$!; \
+	$(BIN)/python -m pytest -q -ra -m "not packaging"; suite=$$?; \
+	wait $$installs; packaging=$$?; echo "--- tests/test_packaging.py, run beside:"; cat build/packaging.log; \
+	test $$suite = 0 && test $$packaging = 0
 
 # nbclient's and papermill's own test suites with klbr as `python3` (PEERS=--plain: plain ipykernel,
 # for comparison). Their dependencies go into .venv-peers, not .venv: see tests/peers/run.py.
 peers: bytecode
 	$(BIN)/python tests/peers/run.py $(PEERS)
 
-bench: bytecode labextension browser-deps ssh-deps $(OTHER)/.ready
+bench: bytecode labextension browser-deps ssh-deps engine-deps $(OTHER)/.ready
 	$(BIN)/python benchmarks/compare.py --doc docs/benchmarks.md
 	$(BIN)/python benchmarks/restore_browser.py
 

@@ -48,15 +48,71 @@ PLACED = "%klbr placement python: → first cell (s)"
 # ssh:// to 127.0.0.1 (a throwaway sshd, as the tests start it), against plain ipykernel reached
 # through the same kind of ssh Unix socket forwards (`forwarder.py --ssh`): "ipykernel" in those rows.
 SSH = {"klbr": "klbr-bench-ssh", "ipykernel": "klbr-bench-ssh-floor", "ipykernel A/A": "klbr-bench-ssh-floor"}
+# docker:// (a private dockerd and the test image, as the tests start them) and slurm:// (a one-node
+# cluster on 127.0.0.1), each against plain ipykernel run the same way behind the hop floor
+# (`forwarder.py --docker`: in a container, ipc sockets in a mount; `--srun`: a job step, TCP + CURVE).
+ENGINES = {"docker://": {"klbr": "klbr-bench-docker", "ipykernel": "klbr-bench-docker-floor",
+                         "ipykernel A/A": "klbr-bench-docker-floor"},
+           "slurm://": {"klbr": "klbr-bench-slurm", "ipykernel": "klbr-bench-slurm-floor",
+                        "ipykernel A/A": "klbr-bench-slurm-floor"}}
 # What klbr aims at, beside its measure: as fast as plain ipykernel per cell, every cell durable (a
 # ratio to plain ipykernel; for the proxy's own CPU, an absolute figure). `run` adds the output rows.
 RESIGNED_CELL = "trivial cell p50, klbr re-signed (kernelspec:) (ms)"
 TARGETS = {"trivial cell p50 (ms)": 1.00, "trivial cell p99 (ms)": 1.10,
            "CPU per trivial cell, kernel and workers (ms)": 1.00, PROCESS_CPU: "0.4 ms",
            RESIGNED_CELL: 1.10, "ssh:// trivial cell p50 (ms)": 1.10, PLACED: 1.10,
+           "docker:// start → first cell (s)": 1.10, "docker:// trivial cell p50 (ms)": 1.10,
+           "slurm:// start → first cell (s)": 1.10, "slurm:// trivial cell p50 (ms)": 1.10,
            "8 kernels × 200 cells at once (s)": 1.05, "nbclient, 100-cell notebook (s)": 1.00}  # noqa: RUF001 — the tables' multiplication sign
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from dockerd import DOCKER, Dockerd, klbr_image
+from slurm import Cluster
 from sshd import Sshd
+
+
+def _engine_kernelspecs(root: str, dockerd: Dockerd, image: str, cluster: Cluster) -> None:
+    """klbr on docker:// and slurm://, and the floors it is read against; the engines' addresses in
+    the environment every kernel inherits (DOCKER_HOST, SLURM_CONF)."""
+    os.environ.update({"DOCKER_HOST": dockerd.host, **cluster.environ})
+    klbr = [sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}", f"--Supervisor.docker_command={DOCKER}"]
+    forwarder = [sys.executable, str(Path(__file__).with_name("forwarder.py")), "-f", "{connection_file}"]
+    for name, argv in (("klbr-bench-docker", [*klbr, f"--Supervisor.placement=docker://{image}"]),
+                       ("klbr-bench-docker-floor", [*forwarder, "--docker", f"{DOCKER},-H,{dockerd.host}", image]),
+                       ("klbr-bench-slurm", [*klbr, f"--Supervisor.placement=slurm://?python={sys.executable}",
+                                             "--HostService.tcp_ip=127.0.0.1"]),
+                       ("klbr-bench-slurm-floor", [*forwarder, "--srun", "srun", sys.executable])):
+        spec = Path(root, "kernels", name)
+        spec.mkdir(parents=True)
+        (spec / "kernel.json").write_text(json.dumps({
+            "argv": argv, "display_name": name, "language": "python", "interrupt_mode": "message"}))
+
+
+def engine_round(args, r: int, code: str, add) -> None:
+    """One round of the docker:// and slurm:// rows: start → first cell, trivial cells, the big output."""
+    for engine, kernels in ENGINES.items():
+        placed_round(engine, kernels, args, r, code, add)
+
+
+def placed_round(prefix: str, kernels: dict[str, str], args, r: int, code: str, add, also=None) -> None:
+    """One round of a placement's rows (`prefix`: ssh://, docker://, slurm://): start → first cell,
+    trivial cells, the big output; `also(running)` then, with each kernel still running."""
+    order = rotated(kernels, r)
+    for label, name in order.items():
+        add(label, f"{prefix} start → first cell (s)", startup(name)[1])
+
+    def add_cell(label: str, measure: str, value: float) -> None:
+        if measure == "trivial cell (ms)":
+            add(label, f"{prefix} trivial cell p50 (ms)", value)
+
+    trivial_cells(order, args.cells, add_cell)
+    with ExitStack() as stack:
+        running = {label: stack.enter_context(kernel(name)) for label, name in order.items()}
+        for _, kc in running.values():
+            run_cell(kc, "pass")
+        for label, (_, kc) in running.items():
+            add(label, f"{prefix} {args.output_mib} MiB output (s)", run_cell(kc, code))
+        if also is not None:
+            also(running)
 
 
 def _bench_kernelspecs(sshd: Sshd) -> str:
@@ -85,24 +141,13 @@ def _bench_kernelspecs(sshd: Sshd) -> str:
 
 
 def ssh_round(args, r: int, code: str, add) -> None:
-    """One round of the ssh:// rows: start → first cell, trivial cells, the big output."""
-    order = rotated(SSH, r)
-    for label, name in order.items():
-        add(label, "ssh:// start → first cell (s)", startup(name)[1])
+    """One round of the ssh:// rows, and host calls over the channel forwarded back over ssh."""
 
-    def add_ssh(label: str, measure: str, value: float) -> None:
-        if measure == "trivial cell (ms)":
-            add(label, "ssh:// trivial cell p50 (ms)", value)
-
-    trivial_cells(order, args.cells, add_ssh)
-    with ExitStack() as stack:
-        running = {label: stack.enter_context(kernel(name)) for label, name in order.items()}
-        for _, kc in running.values():
-            run_cell(kc, "pass")
-        for label, (_, kc) in running.items():
-            add(label, f"ssh:// {args.output_mib} MiB output (s)", run_cell(kc, code))
-        for measure, value in host_calls(running["klbr"][1]).items():  # the channel forwarded back over ssh
+    def host(running) -> None:
+        for measure, value in host_calls(running["klbr"][1]).items():
             add("klbr", f"ssh:// {measure}", value)
+
+    placed_round("ssh://", SSH, args, r, code, add, host)
 
 
 def pct(values: list[float], p: float) -> float:
@@ -118,25 +163,37 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/latest.json")
     ap.add_argument("--doc", help="rewrite the tables between the bench markers of this Markdown page "
                                   "(make bench: docs/benchmarks.md)")
+    ap.add_argument("--engines-only", action="store_true", help="only the docker:// and slurm:// rows")
     args = ap.parse_args()
-    sshd = Sshd(Path(tempfile.mkdtemp(prefix="klbr-bench-sshd-")))
-    try:
-        run(args, sshd)
-    finally:
-        sshd.stop()
+    with ExitStack() as stack:
+        sshd = Sshd(Path(tempfile.mkdtemp(prefix="klbr-bench-sshd-")))
+        stack.callback(sshd.stop)
+        dockerd = Dockerd()
+        stack.callback(dockerd.stop)
+        cluster = Cluster()
+        stack.callback(cluster.stop)
+        run(args, sshd, dockerd, klbr_image(dockerd), cluster)
 
 
-def run(args, sshd: Sshd) -> None:
-    _bench_kernelspecs(sshd)
+def run(args, sshd: Sshd, dockerd: Dockerd, image: str, cluster: Cluster) -> None:
+    _engine_kernelspecs(_bench_kernelspecs(sshd), dockerd, image, cluster)
     resigned = f"{args.output_mib} MiB output, klbr re-signed (kernelspec:) (s)"
     TARGETS[resigned] = 1.00
     TARGETS[f"ssh:// {args.output_mib} MiB output (s)"] = 1.00
+    for engine in ENGINES:
+        TARGETS[f"{engine} {args.output_mib} MiB output (s)"] = 1.00
     results: dict[str, dict[str, list[float]]] = {k: {} for k in [*KERNELS, *EXPLAIN]}
 
     def add(label: str, measure: str, value: float) -> None:
         results[label].setdefault(measure, []).append(value)
 
+    code = (f"import sys\nchunk = 'x' * 65536\nfor _ in range({args.output_mib * 16}):\n"
+            "    sys.stdout.write(chunk)\nsys.stdout.flush()")
     for r in range(args.rounds):
+        engine_round(args, r, code, add)
+        if args.engines_only:
+            print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
+            continue
         order = rotated(KERNELS, r)  # no kernel always goes first (or last) in a round
         for _ in range(3):  # one start is a noisy sample: three per kernel per round, taking turns
             for label, name in order.items():
@@ -150,8 +207,6 @@ def run(args, sshd: Sshd) -> None:
                 run_cell(kc, "pass")
             # One output cell is a noisy sample (the ratio moved by +-0.15 between runs):
             # three per kernel per round, taking turns cell by cell.
-            code = (f"import sys\nchunk = 'x' * 65536\nfor _ in range({args.output_mib * 16}):\n"
-                    "    sys.stdout.write(chunk)\nsys.stdout.flush()")
             for _ in range(3):
                 for label, (_, kc) in running.items():
                     add(label, f"{args.output_mib} MiB output in 64 KiB writes (s)", run_cell(kc, code))
@@ -195,8 +250,9 @@ def run(args, sshd: Sshd) -> None:
             add(label, "8 kernels × 200 cells at once (s)", eight_at_once(name))  # noqa: RUF001 — the tables' multiplication sign, as docs/benchmarks.md shows them
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
-    for measure, value in million_cell_listing(tempfile.mkdtemp(prefix="klbr-bench-db-")).items():
-        add("klbr", measure, value)
+    if not args.engines_only:
+        for measure, value in million_cell_listing(tempfile.mkdtemp(prefix="klbr-bench-db-")).items():
+            add("klbr", measure, value)
 
     rows = []
     measures = list(results["klbr"])
@@ -239,6 +295,8 @@ def run(args, sshd: Sshd) -> None:
                "| kernel process CPU per cell (ms) |",
                "|---|---|---|---|---|---|---|"]
     for label in ("ipykernel", *EXPLAIN, "klbr"):
+        if cell not in results["ipykernel"]:  # --engines-only
+            break
         p50, p99 = pct(results[label][cell], 50), pct(results[label][cell], 99)
         base50, base99 = pct(results["ipykernel"][cell], 50), pct(results["ipykernel"][cell], 99)
         explain.append(f"| {label} | {fmt(p50)} | {fmt(p99)} | {p50 / base50:.2f}× | {p99 / base99:.2f}× "  # noqa: RUF001 — the tables' multiplication sign, as docs/benchmarks.md shows them

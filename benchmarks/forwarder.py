@@ -8,7 +8,10 @@ against it.
 
 With ``--ssh CONFIG HOST PYTHON``, the ipykernel runs behind ssh instead, reached through the same
 kind of Unix socket forwards klbr's `ssh://` placement uses (one ssh process, ``-L`` per channel):
-the floor of any ssh-placed kernel.
+the floor of any ssh-placed kernel. With ``--docker DOCKER IMAGE`` (DOCKER: the client's words,
+comma-separated), in a container of IMAGE on ``--network none``, its ipc sockets in a mounted
+directory, as klbr's `docker://` runs it; with ``--srun SRUN PYTHON``, as a Slurm job step on TCP with
+CurveZMQ, as klbr's `slurm://` runs it.
 """
 
 from __future__ import annotations
@@ -16,11 +19,13 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
+import time
 
 import zmq
 
@@ -42,9 +47,34 @@ def main() -> None:
     connection_file = os.path.join(runtime, "kernel.json")
     with open(connection_file, "w") as f:
         json.dump(back, f)
+    server_key = b""
+    stop_also: list[str] = []
     if "--ssh" in sys.argv:
         config, host, python = sys.argv[sys.argv.index("--ssh") + 1:][:3]
         worker = _over_ssh(config, host, python, back, runtime)
+    elif "--docker" in sys.argv:
+        docker, image = sys.argv[sys.argv.index("--docker") + 1:][:2]
+        container = f"klbr-floor-{secrets.token_hex(4)}"
+        stop_also = [*docker.split(","), "rm", "-f", container]
+        worker = subprocess.Popen([*docker.split(","), "run", "--rm", "-i", "--init", "--pull=never", "--network=none",  # noqa: S603 — our argv
+                                   f"--name={container}", f"--volume={runtime}:{runtime}", image, "python3", "-m",
+                                   "ipykernel_launcher", "-f", connection_file], stdin=subprocess.PIPE)
+        _wait(lambda: all(os.path.exists(url(back, name)[len("ipc://"):]) for name in CHANNELS))
+    elif "--srun" in sys.argv:
+        srun, python = sys.argv[sys.argv.index("--srun") + 1:][:2]
+        public, secret = zmq.curve_keypair()
+        server_key = public
+        # ports 0: ipykernel binds ports of its choosing and writes them into the file, as klbr's agent has it
+        back = dict(back, transport="tcp", ip="127.0.0.1", curve_publickey=public.decode(),
+                    curve_secretkey=secret.decode(), **{f"{name}_port": 0 for name in CHANNELS})
+        with open(connection_file, "w") as f:
+            json.dump(back, f)
+        worker = subprocess.Popen([*srun.split(","), "--quiet", python, "-m", "ipykernel_launcher",  # noqa: S603 — our argv
+                                   "-f", connection_file], stdin=subprocess.DEVNULL)
+        _wait(lambda: _bound(connection_file))  # the job has started, its kernel bound its ports
+        with open(connection_file) as f:
+            bound = json.load(f)
+        back = dict(back, **{f"{name}_port": bound[f"{name}_port"] for name in CHANNELS})
     else:
         worker = subprocess.Popen(  # noqa: S603 — our argv
             [sys.executable, "-m", "ipykernel_launcher", "-f", connection_file])
@@ -55,21 +85,41 @@ def main() -> None:
         # XSUB passes the frontend's subscriptions on (a plain SUB cannot, and its proxy spins).
         inner = context.socket(zmq.XSUB if name == "iopub" else zmq.DEALER)
         inner.setsockopt(zmq.RECONNECT_IVL, 10)  # as klbr's worker sockets: no 100 ms waits at start
+        if server_key:
+            public, secret = zmq.curve_keypair()
+            inner.curve_publickey, inner.curve_secretkey, inner.curve_serverkey = public, secret, server_key
         inner.connect(url(back, name))
         threading.Thread(target=zmq.proxy, args=(outer, inner), daemon=True).start()
 
     def stop(*_) -> None:
         worker.kill()
         worker.wait()
-        for name in os.listdir(runtime):
-            os.unlink(os.path.join(runtime, name))
-        os.rmdir(runtime)
+        if stop_also:  # a container outlives its docker run
+            subprocess.run(stop_also, capture_output=True, check=False)  # noqa: S603 — our argv
+        shutil.rmtree(runtime, ignore_errors=True)
         os._exit(0)
 
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # interrupts go to the worker by message
     worker.wait()
     stop()
+
+
+def _wait(ready) -> None:
+    """Until `ready()`: the kernel's sockets exist (a benchmark's own poll, as the ssh floor's script's)."""
+    deadline = time.monotonic() + 120
+    while not ready():
+        assert time.monotonic() < deadline, "the floor's kernel did not start within 120 s"
+        time.sleep(0.01)
+
+
+def _bound(connection_file: str) -> bool:
+    try:
+        with open(connection_file) as f:
+            info = json.load(f)
+    except ValueError:  # being written
+        return False
+    return all(info.get(f"{name}_port") for name in CHANNELS)
 
 
 def _over_ssh(config: str, host: str, python: str, back: dict, runtime: str) -> subprocess.Popen:

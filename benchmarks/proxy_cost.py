@@ -13,8 +13,9 @@ counted), the kernel run under valgrind's callgrind. After warm-up cells and a p
 standby worker to start, the counters are zeroed (`callgrind_control -z`), a fixed number of
 trivial cells run, and the counters are dumped (`callgrind_control -d`): load on the machine slows
 the run but does not change the count. (valgrind answers ENOSYS for pidfd_open; the kernel then
-watches each worker with a thread in waitid, which costs nothing per cell.) `make bench-deps`
-installs valgrind.
+takes the portable way, `klbr_supervisor.system.watch`: a thread in each worker's wait, which costs
+nothing per cell, and its parent's pid asked five times a second, a timer and a system call, not a
+cell's.) `make bench-deps` installs valgrind.
 
 --placement SPEC runs klbr's workers there (`--Supervisor.placement=SPEC`); `kernelspec:python3-aa`
 names a copy of plain ipykernel's kernelspec that this script provides: the re-signing path.

@@ -1,8 +1,8 @@
-"""The soak: `python benchmarks/soak.py [--cells 2000 --losses 100 --interrupts 50]`.
+"""The soak: `python benchmarks/soak.py [--cells 2000 --losses 100 --interrupts 200]`.
 
 One klbr kernel runs trivial cells in rounds; rounds begin with a worker loss (alternately
 `os._exit` and SIGKILL) and some end with a cell that prints that it sleeps and is interrupted once
-it has. The client reads every message the kernel sends and counts them by the request they answer
+it has (every other one sleeps beside four threads that keep the GIL busy). The client reads every message the kernel sends and counts them by the request they answer
 (the parent header's msg_id): replies, busy and idle. The kernel process's fds, threads and RSS are
 taken after the first 50 cells and at the end, each time with the same generations alive (all
 answered, the warm spare ready); then its live descendants, and, once the kernel has shut down,
@@ -31,9 +31,30 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from utils import start_kernel, status_table, until
 
 MARKER = "klbr-soak: sleeping"
+# A sleep beside threads that keep the GIL busy: an interrupt that lands on the main thread just
+# before its sleep begins (the GIL's hand-over holds that moment open), or on one of these threads,
+# used to leave the sleep running (see klbr_supervisor/boot/worker.py).
+BUSY_SLEEP = f"""\
+import threading, time
+stop = threading.Event()
+def spin():
+    while not stop.is_set():
+        pass
+spinners = [threading.Thread(target=spin, daemon=True) for _ in range(4)]
+for spinner in spinners:
+    spinner.start()
+try:
+    print({MARKER!r}, flush=True)
+    time.sleep(60)
+finally:
+    stop.set()
+    for spinner in spinners:
+        spinner.join()
+"""
 CODE = {
     "cell": "{n}",
     "sleep": f"import time\nprint({MARKER!r}, flush=True)\ntime.sleep(60)  # {{n}}",
+    "busy sleep": BUSY_SLEEP.replace("{", "{{").replace("}", "}}") + "# {n}",
     "loss": "import os; os._exit(3)  # {n}",
     "kill": "import os; os.kill(os.getpid(), 9)  # {n}",
     "status": "%klbr status",
@@ -45,6 +66,7 @@ EXPECTED = {
     "cell": ("ok", None, "ok"),
     "status": ("ok", None, "ok"),
     "sleep": ("error", "KeyboardInterrupt", "interrupted"),
+    "busy sleep": ("error", "KeyboardInterrupt", "interrupted"),
     "loss": ("error", "WorkerLost", "lost"),
     "kill": ("error", "WorkerLost", "lost"),
     "interrupt": ("ok", None, None),  # a control request: no row
@@ -185,7 +207,7 @@ def schedule(cells: int, losses: int, interrupts: int) -> list[str]:
             steps.append(("loss", "kill")[(losses * r // rounds) % 2])
         steps += ["cell"] * (cells * (r + 1) // rounds - cells * r // rounds)
         if interrupts * (r + 1) // rounds > interrupts * r // rounds:
-            steps.append("sleep")
+            steps.append(("sleep", "busy sleep")[(interrupts * r // rounds) % 2])
     return steps
 
 
@@ -271,7 +293,7 @@ def run(cells: int, losses: int, interrupts: int, db: Path, kernel: str = "klbr"
                 wire.answered(msg_id)
                 recoveries.append(wire.requests[msg_id].replies[0][0] - loss_sent)
                 loss_sent = None
-            if kind == "sleep":
+            if kind in ("sleep", "busy sleep"):
                 sleeping = wire.requests[msg_id]
                 wire.until(lambda cell=sleeping: MARKER in cell.text, "the cell prints that it sleeps")
                 interrupt = wire.interrupt()
@@ -303,7 +325,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--cells", type=int, default=2000)
     ap.add_argument("--losses", type=int, default=100)
-    ap.add_argument("--interrupts", type=int, default=50)
+    ap.add_argument("--interrupts", type=int, default=200)
     ap.add_argument("--ipykernel", action="store_true", help="run plain ipykernel's part beside it")
     args = ap.parse_args()
     print(f"{platform.machine()}, {os.cpu_count()} cores, Python {platform.python_version()}; "

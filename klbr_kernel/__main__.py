@@ -8,6 +8,10 @@ if len(sys.argv) > 1 and not sys.argv[1].startswith("-"):
     from .cli import commands as cli
 
     cli.main()
+elif sys.platform == "win32":  # klbr does not run there yet: the kernel says so in every cell
+    from . import unsupported
+
+    unsupported.serve(sys.argv[1:])
 else:
     # Before any heavy import: the first worker starts now, in parallel with ours.
     from klbr_supervisor.boot import prelaunch

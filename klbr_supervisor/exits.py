@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import signal
 
-# Names people recognise for the signals that end kernels, instead of "killed by signal 11".
+# Names people recognise for the signals that end kernels, instead of "killed by signal 11"; by
+# name, as not every system has every signal (Windows has no SIGBUS).
 _PLAIN = {
-    signal.SIGSEGV: "segmentation fault",
-    signal.SIGBUS: "bus error",
-    signal.SIGFPE: "floating-point exception",
-    signal.SIGILL: "illegal instruction",
-    signal.SIGABRT: "aborted",
+    "SIGSEGV": "segmentation fault",
+    "SIGBUS": "bus error",
+    "SIGFPE": "floating-point exception",
+    "SIGILL": "illegal instruction",
+    "SIGABRT": "aborted",
 }
 
 
@@ -25,6 +26,6 @@ def describe_exit(returncode: int | None) -> str:
         sig = signal.Signals(signum)
     except ValueError:
         return f"killed by signal {signum}"
-    if sig in _PLAIN:
-        return f"{_PLAIN[sig]} ({sig.name})"
+    if sig.name in _PLAIN:
+        return f"{_PLAIN[sig.name]} ({sig.name})"
     return f"killed by signal {signum} ({sig.name})"

@@ -8,10 +8,12 @@ from traitlets import Bool, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 from traitlets.utils.bunch import Bunch
 
+from .boot.agent_launch import LINK_TIMEOUT
 from .boot.placement import Placement
 from .boot.prelaunch import history_args
-from .boot.ssh_launch import LINK_TIMEOUT, split
+from .boot.ssh_launch import split
 from .memory import parse_size
+from .targets.base import Engines
 from .targets.factory import kind_for
 
 
@@ -22,8 +24,8 @@ class SupervisorSettings(LoggingConfigurable):
     )
     placement = Unicode(
         "local", config=True,
-        help="Where the first generation runs: local, python:/abs/path/to/python, kernelspec:NAME or "
-             "ssh://[user@]host[:port]/abs/path/to/python; "
+        help="Where the first generation runs: local, python:/abs/path/to/python, kernelspec:NAME, "
+             "ssh://[user@]host[:port]/abs/path/to/python, docker://IMAGE[?options] or slurm://[PARTITION][?options]; "
              "`%klbr placement SPEC` moves the session later.",
     )
     startup_timeout = Float(60.0, config=True, help="Seconds a new generation has to answer kernel_info.")
@@ -53,9 +55,10 @@ class SupervisorSettings(LoggingConfigurable):
     )
     link_timeout = Float(
         LINK_TIMEOUT, config=True,
-        help="Seconds a worker that does not share the frontend's key (kernelspec: and ssh:// placements) "
-             "may be silent, heartbeat included, before its link counts as lost (PlacementLost; 0 = "
-             "never); also an ssh:// agent's lease.",
+        help="Seconds a worker that does not share the frontend's key (kernelspec:, ssh://, docker:// and "
+             "slurm:// placements) may be silent, heartbeat included, before its link counts as lost "
+             "(PlacementLost; 0 = never); also the lease of the agent that runs an ssh://, docker:// or "
+             "slurm:// kernel.",
     )
     ssh_command = Unicode(
         "ssh", config=True,
@@ -66,13 +69,36 @@ class SupervisorSettings(LoggingConfigurable):
         Unicode(), config=True,
         help="Arguments added to every ssh:// connection, before the destination (e.g. -F CONFIG, -i KEY).",
     )
+    docker_command = Unicode(
+        "docker", config=True,
+        help="The docker client docker:// placements run (words, as a shell splits them), with the kernel's "
+             "environment, so DOCKER_HOST and docker contexts apply (podman's Docker-compatible socket too).",
+    )
+    docker_options = List(
+        Unicode(), config=True,
+        help="Arguments added to every docker:// container's `docker run`, before the image (e.g. --gpus=all, "
+             "--volume=/data:/data:ro, --shm-size=1g); the spec's own options come after them.",
+    )
+    srun_command = Unicode(
+        "srun", config=True,
+        help="The srun slurm:// placements run (words, as a shell splits them), with the kernel's environment "
+             "(SLURM_CONF, an allocation's SLURM_JOB_ID: srun then makes a step of it).",
+    )
+    slurm_options = List(
+        Unicode(), config=True,
+        help="Arguments added to every slurm:// job's srun (e.g. --time=8:00:00, --mem=16G, --gpus=1, "
+             "--account=ACCOUNT); the spec's own options come after them.",
+    )
     memory_limit = Unicode(
         "", config=True,
         help="The most memory each generation's worker may allocate (bytes, or 512M, 8G; empty = no "
-             "limit), on local, python: and ssh:// placements: set as the worker's RLIMIT_DATA before ipykernel "
+             "limit), on local, python:, ssh:// and slurm:// placements: set as the worker's RLIMIT_DATA before ipykernel "
              "starts, so an allocation past it raises MemoryError in the cell and the namespace survives. "
              "Per process (each child inherits its own), private writable memory only (thread stacks "
-             "count; mapped files do not); the prelaunched first worker is not used.",
+             "count; mapped files do not); the prelaunched first worker is not used. Where the system does "
+             "not enforce RLIMIT_DATA (macOS), klbr's memory samples do: a worker found past it is ended. On "
+             "docker:// it is the container's limit (docker run --memory), and a kernel the engine kills for "
+             "it ends WorkerLost saying so.",
     )
     poison_after = Int(
         2, config=True,
@@ -112,6 +138,12 @@ class SupervisorSettings(LoggingConfigurable):
         """What klbr itself adds to its ipykernel workers' command line, after the session id and
         before `worker_options`: IPython's history, as configured and as those options say."""
         return history_args(self.worker_options, self.ipython_history)
+
+    @property
+    def engines(self) -> Engines:
+        """The docker and srun commands and their options, as `docker://` and `slurm://` launches take them."""
+        return Engines(split(self.docker_command, "docker"), list(self.docker_options),
+                       split(self.srun_command, "srun"), list(self.slurm_options))
 
     @property
     def ssh(self) -> tuple[list[str], list[str]]:

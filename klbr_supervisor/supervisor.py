@@ -133,7 +133,8 @@ class Supervisor(SupervisorSettings):
         host = early.host_channel if early is not None and early.host_channel else host_environ(self._runtime_dir)
         assert self._reaper is not None, "run() starts the reaper before any generation"
         given = Given(number=number, runtime_dir=self._runtime_dir, reaper=self._reaper, context=self._zmq,
-                      log=self.log, ssh=self.ssh, link_timeout=self.link_timeout, client=self._host_client,
+                      log=self.log, ssh=self.ssh, link_timeout=self.link_timeout, engines=self.engines,
+                      client=self._host_client,
                       host_tcp=self.host.tcp)
         target = target_for(self.where, self.worker_kernel, session=self.session.clone(), given=given, early=early)
         gen = Generation(
@@ -199,7 +200,7 @@ class Supervisor(SupervisorSettings):
         has failed to start (its `ending` says why)."""
         target = parse(spec)
         if check_first:
-            await check(target, self.ssh, self.worker_kernel)
+            await check(target, self.ssh, self.worker_kernel, self.engines)
         old, before = self.current, self.where
         self.where = target
         self.policy.reset_restarts()

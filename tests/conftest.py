@@ -15,7 +15,8 @@ from utils import start_kernel, until
 
 HERE = Path(__file__).parent
 BEHAVIOURS = ("sigkill", "exit", "segfault", "ignore-sigint", "hang-in-c", "die-in-output", "complete",
-              "exit-after-reply", "late-stdin", "output-then-die", "drops-is-complete", "drops-idle", "noisy")
+              "exit-after-reply", "late-stdin", "output-then-die", "drops-is-complete", "drops-idle", "noisy",
+              "small-iopub-queue")
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -31,9 +32,12 @@ def environment():
             spec = Path(root, "kernels", f"misbehaving-{behaviour}")
             spec.mkdir(parents=True)
             extra = [str(Path(root, "complete-marker"))] if behaviour == "complete" else []
+            # One is interrupted by a message, as some kernelspecs are: jupyter_client's manager
+            # sends it on a control socket of its own, and the worker's answer goes there.
+            by_message = {"interrupt_mode": "message"} if behaviour == "small-iopub-queue" else {}
             (spec / "kernel.json").write_text(json.dumps({
                 "argv": [sys.executable, str(worker), behaviour, *extra, "-f", "{connection_file}"],
-                "display_name": f"misbehaving worker: {behaviour}", "language": "python",
+                "display_name": f"misbehaving worker: {behaviour}", "language": "python", **by_message,
             }))
         paths = [str(HERE), root] + [p for p in os.environ.get("JUPYTER_PATH", "").split(os.pathsep) if p]
         patch.setenv("JUPYTER_PATH", os.pathsep.join(paths))
@@ -54,6 +58,15 @@ def no_runtime_dir_is_left(environment):
     yield
     until(lambda: not list(environment.glob("klbr-*")), 10,
           f"runtime directories left in the run's TMPDIR: {sorted(p.name for p in environment.glob('klbr-*'))}")
+
+
+@pytest.fixture(scope="session")
+def other_python() -> Path:
+    """The interpreter of `.venv-ipykernel`: the oldest ipykernel klbr admits and nothing of klbr, for
+    `python:` placements (`make test` makes it)."""
+    other = HERE.parent / ".venv-ipykernel" / "bin" / "python"
+    assert other.exists(), f"{other} is missing: `make test` creates it (make .venv-ipykernel/.ready)"
+    return other
 
 
 @pytest.fixture

@@ -109,6 +109,11 @@ class Generation:
     def alive(self) -> bool:
         return self.ending is None
 
+    @property
+    def counts_drops(self) -> bool:
+        """A worker klbr starts itself: its iopub drops nothing, so nothing is counted."""
+        return False
+
     def identity(self) -> dict[str, Any]:
         return {"pid": self.pid}
 

@@ -19,6 +19,9 @@ from klbr_supervisor.boot.worker import BOOTSTRAP, NOTICE
 ROOT = Path(__file__).resolve().parent.parent
 BOOT = ROOT / "klbr_supervisor" / "boot"
 MODULES = sorted(f"klbr_supervisor.boot.{path.stem}" for path in BOOT.glob("*.py") if path.stem != "__init__")
+# The seam's parts a worker arms before anything else is imported (`boot.worker`, `boot.deathsig`),
+# or that claim the standard library only: boot may import them, and they import as boot does.
+SEAM = ("klbr_supervisor.system", "klbr_supervisor.system.death", "klbr_supervisor.system.watch")
 # Run with no site-packages (-S), no user site or environment (-I): only the standard library, and
 # the source tree added by hand.
 BARE = [sys.executable, "-I", "-S"]
@@ -33,7 +36,7 @@ print(json.dumps(sorted(set(sys.modules) - before)))
 
 def _ours_or_stdlib(name: str) -> bool:
     return (name.split(".", maxsplit=1)[0] in sys.stdlib_module_names or name in ("klbr_supervisor", "klbr_supervisor.boot")
-            or name.startswith("klbr_supervisor.boot."))
+            or name.startswith("klbr_supervisor.boot.") or name in SEAM)
 
 
 def test_the_bare_interpreter_has_no_third_party_package():
@@ -43,7 +46,7 @@ def test_the_bare_interpreter_has_no_third_party_package():
     assert done.returncode != 0 and "No module named 'zmq'" in done.stderr, done.stderr
 
 
-@pytest.mark.parametrize("module", MODULES)
+@pytest.mark.parametrize("module", MODULES + list(SEAM[1:]))
 def test_a_boot_module_imports_with_the_standard_library_only(module):
     done = subprocess.run([*BARE, "-c", IMPORT.format(root=str(ROOT), module=module)], check=False, capture_output=True,
                           text=True, timeout=60)
@@ -78,7 +81,7 @@ def test_what_a_boot_module_imports_later_is_the_standard_library_or_boot_too(mo
 # -- the worker bootstrap, run as its worker runs it: its source, on the oldest and newest ipykernel --
 
 PARTS = """\
-import json, os, resource
+import json, os, resource, signal
 from ipykernel.kernelapp import IPKernelApp
 from ipykernel.ipkernel import IPythonKernel
 from ipykernel import iostream
@@ -86,14 +89,14 @@ import ipykernel
 def now():
     return {{"init_iopub": IPKernelApp.init_iopub, "write": iostream.OutStream.write,
             "flush": iostream.OutStream.flush, "init_sockets": IPKernelApp.init_sockets,
-            "cancel": IPythonKernel._cancel_on_sigint}}
+            "signal": signal.signal}}
 before = now()
 bootstrap = {{"__name__": "klbr_bootstrap"}}
 exec(compile({source!r}, "bootstrap", "exec"), bootstrap)
 imported = now()
 os.environ["KLBR_MEMORY_LIMIT"] = str(8 << 30)
 limit = bootstrap["limit_memory"]()
-for part in ("lossless_iopub", "flush_by_size", "flush_only_what_waits", "shell_on_main_thread", "wake_on_signal"):
+for part in ("interrupts_land", "lossless_iopub", "flush_by_size", "flush_only_what_waits", "shell_on_main_thread"):
     bootstrap[part]()
 after = now()
 del IPKernelApp.init_iopub
@@ -121,6 +124,6 @@ def test_each_part_of_the_worker_bootstrap_applies_where_it_runs_and_says_what_i
     assert found["changed_by_import"] == [] and found["limit"] == found["rlimit"] == 8 << 30
     assert not found["left_in_environ"]
     seven = found["version"] == 7
-    assert found["changed"] == sorted(["init_iopub", "write", "flush", "cancel"] + (["init_sockets"] if seven else []))
+    assert found["changed"] == sorted(["init_iopub", "write", "flush", "signal"] + (["init_sockets"] if seven else []))
     said = [line for line in done.stderr.splitlines() if line.startswith(NOTICE)]
     assert len(said) == 1 and "IPKernelApp has no init_iopub" in said[0], done.stderr

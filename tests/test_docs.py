@@ -205,7 +205,7 @@ def test_every_semantics_cited_is_one_the_repository_holds():
 
 # Named in ARCHITECTURE.md and not ours: other libraries', a file a user writes, the wire's fields.
 NOT_OURS = {"provisioning/", "Socket.send", "zmq.Frame", "bytes.translate", "datetime.fromisoformat", "header.session",
-            "jupyter_klbr_config.py"}
+            "jupyter_klbr_config.py", "getppid", "pagehide"}
 
 
 def _ours() -> tuple[dict[str, set[str]], set[str], set[str]]:
@@ -232,9 +232,16 @@ def _ours() -> tuple[dict[str, set[str]], set[str], set[str]]:
                             members.add(item.name)
                         elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
                             members.add(item.target.id)
+    # The extension's TypeScript: each module by its name, with the classes, functions and
+    # constants it exports.
+    for path in (ROOT / "labextension" / "src").glob("*.ts"):
+        modules.setdefault(path.stem, set()).update(
+            re.findall(r"^export (?:default )?(?:abstract )?(?:class|function|const|interface|type) (\w+)",
+                       path.read_text(), re.M))
     paths = {p.relative_to(ROOT).as_posix() + ("/" if p.is_dir() else "")
-             for folder in ("klbr_kernel", "klbr_supervisor", "tests", "benchmarks", "docs")
+             for folder in ("klbr_kernel", "klbr_supervisor", "tests", "benchmarks", "docs", "labextension/src")
              for p in (ROOT / folder).rglob("*") if "__pycache__" not in p.parts}
+    paths |= {p.name for p in ROOT.glob("*.py")}  # the build hook beside pyproject.toml
     return modules, members, paths | {"klbr_kernel/", "klbr_supervisor/", "docs/"}
 
 
@@ -252,7 +259,7 @@ def _class(name: str) -> type | None:
 def _exists(token: str, modules: dict[str, set[str]], members: set[str], paths: set[str]) -> bool:
     word = token.split(maxsplit=1)[0]
     defined = set().union(*modules.values())
-    if word.endswith((".py", "/")):
+    if word.endswith((".py", ".ts", "/")):
         return any(p == word or p.endswith("/" + word) for p in paths)
     head, _, attr = word.partition(".")
     if not attr:

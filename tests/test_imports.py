@@ -188,8 +188,9 @@ def test_klbr_supervisor_never_looks_klbr_kernel_up_by_name():
 # klbr_supervisor), so a newcomer can read them in this order. TYPE_CHECKING imports do not count.
 KERNEL_LAYERS = ("klbr_kernel.requests", "klbr_kernel.frontend", "klbr_kernel.cell_log", "klbr_kernel.magics",
                  "klbr_kernel.comm", "klbr_kernel.proxy")
-# The supervisor's: its leaf packages below the generation, the generation below the supervisor.
-SUPERVISOR_LAYERS = ("klbr_supervisor.boot", "klbr_supervisor.messages", "klbr_supervisor.store",
+# The supervisor's: what the operating system does at the bottom (the boot modules use its standard
+# library parts), its leaf packages below the generation, the generation below the supervisor.
+SUPERVISOR_LAYERS = ("klbr_supervisor.system", "klbr_supervisor.boot", "klbr_supervisor.messages", "klbr_supervisor.store",
                      "klbr_supervisor.targets", "klbr_supervisor.host", "klbr_supervisor.generation")
 
 

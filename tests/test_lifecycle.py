@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
-import sys
 import time
 
 from jupyter_client.manager import KernelManager
@@ -15,7 +13,9 @@ from utils import (
     collect,
     drain,
     execute,
+    hung_in_c,
     kill_quietly,
+    launched,
     process_gone,
     processes,
     results,
@@ -173,15 +173,7 @@ def test_workers_die_with_a_sigkilled_proxy_even_hung_in_c(tmp_path):
     tmp = tmp_path / "tmp"  # the kernel's own TMPDIR, as in the shutdown test above
     tmp.mkdir()
     with start_kernel(env={"TMPDIR": str(tmp)}) as (km, kc):
-        pid = worker_pid(kc)
-        _, outputs = execute(kc, "import subprocess\nchild = subprocess.Popen(['sleep', '600'])\nchild.pid")
-        grandchild = int(results(outputs)[0])
-        # Hold the GIL in C with SIGINT and SIGTERM blocked: ipykernel's parent poller cannot run.
-        # (No output can announce it: output needs the GIL. A file does.)
-        hung = tmp_path / "hung"
-        kc.execute("import ctypes, signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})\n"
-                   f"open({str(hung)!r}, 'w').close()\nctypes.PyDLL(None).sleep(600)")
-        until(hung.exists, 10, "the cell holds the GIL in C")
+        pid, grandchild = hung_in_c(kc, tmp_path)
         proxy = km.provisioner.process
         try:
             os.kill(proxy.pid, signal.SIGKILL)
@@ -267,37 +259,10 @@ def test_shutdown_answers_a_cell_whose_outcome_is_still_committing(tmp_path):
         assert answers == {held: "ok", queued: "aborted"}
 
 
-LAUNCHER = """
-import sys
-from jupyter_client import KernelManager
-km = KernelManager(kernel_name="klbr")
-km.start_kernel()
-kc = km.client()
-kc.start_channels()
-kc.wait_for_ready(timeout=60)
-msg_id = kc.execute("import os; os.getpid()")
-while True:
-    msg = kc.get_iopub_msg(timeout=30)
-    if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "execute_result":
-        break
-print(km.provisioner.process.pid, msg["content"]["data"]["text/plain"], flush=True)
-sys.stdin.read()  # until the test kills this process
-"""
-
-
 def test_a_kernel_whose_launcher_is_killed_ends_with_its_workers():
     """As ipykernel ends when the process in JPY_PARENT_PID does: a Jupyter server or papermill run
     that is SIGKILLed must not leave kernels (and their workers' memory) behind."""
-    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                                text=True)
-    try:
-        kernel, worker = map(int, launcher.stdout.readline().split())
-    finally:
+    with launched("klbr", "import os; (os.getpid(),)") as (launcher, (kernel, worker)):
         launcher.kill()
-        launcher.wait()
-    try:
         assert process_gone(kernel, timeout=15), "the kernel outlived the process that started it"
         assert process_gone(worker, timeout=5)
-    finally:
-        kill_quietly(kernel)
-        kill_quietly(worker)

@@ -1,8 +1,8 @@
-"""A worker's exit is reported once and exactly, also where `os.pidfd_open` is missing.
+"""A worker's exit is reported once and exactly, also where `os.pidfd_open` is missing or refused.
 
-Under valgrind (the proxy's instruction-count benchmark) the call answers ENOSYS; the process is then
-watched by a thread blocked in waitid. Both ways are run here on real processes: an exit code and a
-signal, each reported once, with its return code.
+macOS has no such call; under valgrind (the proxy's instruction-count benchmark) it answers ENOSYS.
+The process is then watched by a thread in its `Popen.wait` (`klbr_supervisor.system.watch`). Each
+way is run here on real processes: an exit code and a signal, each reported once, with its return code.
 """
 
 from __future__ import annotations
@@ -43,11 +43,13 @@ async def _exit_of(argv: list[str], kill: bool) -> list[int]:
     return reported
 
 
-@pytest.mark.parametrize("pidfd", ["pidfd", "no pidfd (ENOSYS)"])
+@pytest.mark.parametrize("pidfd", ["pidfd", "pidfd refused (ENOSYS)", "no pidfd_open"])
 @pytest.mark.parametrize("kill", [False, True], ids=["exit 3", "SIGKILL"])
 def test_exit_reported_once_and_exactly(monkeypatch, pidfd, kill):
-    if pidfd != "pidfd":
+    if pidfd == "pidfd refused (ENOSYS)":
         monkeypatch.setattr(os, "pidfd_open", _no_pidfd)
+    elif pidfd == "no pidfd_open":
+        monkeypatch.delattr(os, "pidfd_open")
     argv = [sys.executable, "-c", "import sys; sys.stdin.read(); sys.exit(3)"]
     assert asyncio.run(_exit_of(argv, kill)) == ([-9] if kill else [3])
 

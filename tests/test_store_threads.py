@@ -127,3 +127,67 @@ def test_a_cell_that_finds_another_kernels_lock_waits_for_it_on_the_writer(store
     assert (committed_now, error) == (False, None)
     assert cell_id is not None
     assert _rows(store_path) == ["running"]
+
+
+async def _settled(store: Store) -> None:
+    """Once every write submitted so far is committed (or has failed)."""
+    future = asyncio.get_running_loop().create_future()
+    if not store.settled(lambda error: future.done() or future.set_result(error)):
+        await asyncio.wait_for(future, 10)
+
+
+def _refusing_writes(store: Store, refusing: bool) -> None:
+    """The loop's own connection refuses writes (SQLite's read-only mode for one connection): its
+    direct commits fail as a full or read-only file makes them fail, while the writer thread's still
+    write."""
+    store._writer._direct_conn.execute(f"PRAGMA query_only = {int(refusing)}")
+
+
+def test_a_direct_commit_that_fails_is_answered_once_and_not_written_behind_the_answer(store_path):
+    """The loop's commit of a cell's `running` row fails: its caller hears so once (and answers the
+    cell SessionPaused), and the write is not submitted again behind that answer (it used to be,
+    leaving a `running` row for a cell that never ran, and calling back a second time)."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        store = _open(store_path)
+        _refusing_writes(store, True)
+        calls: list = []
+        record = CellRecord("m1", "client", "print(1)", 1)
+        assert not store.cell_started(record, calls.append)
+        await _settled(store)
+        for _ in range(3):  # any second call would come on a later turn of the loop
+            await asyncio.sleep(0)
+        paused = store.paused
+        store.close()
+        return calls, paused
+
+    calls, paused = asyncio.run(main())
+    assert len(calls) == 1 and calls[0] is not None and "readonly" in str(calls[0]), calls
+    assert paused is calls[0]
+    assert _rows(store_path) == [], "no row for a cell answered SessionPaused"
+
+
+def test_an_outcome_that_could_not_be_written_is_written_when_the_store_resumes(store_path):
+    """A cell's outcome fails to commit (its frontend gets its reply all the same): its row would stay
+    `running`, and a later kernel would call it `unknown`. Once the file takes writes again, the
+    outcome is written, before the cells after it."""
+    async def main():
+        loop = asyncio.get_running_loop()
+        store = _open(store_path)
+        first, started = _started(store, loop)
+        assert await asyncio.wait_for(started, 10) is None
+        _refusing_writes(store, True)
+        finished = loop.create_future()
+        assert not store.cell_finished(first, status="ok", count=1, error=None, reply={"status": "ok"},
+                                       generation=1, done=finished.set_result)
+        assert await asyncio.wait_for(finished, 10) is not None, "the caller hears of the failure"
+        assert store.paused is not None and _rows(store_path) == ["running"]
+        _refusing_writes(store, False)
+        second, started = _started(store, loop)
+        assert await asyncio.wait_for(started, 10) is None
+        assert store.paused is None, "resumed"
+        await _settled(store)
+        store.close()
+
+    asyncio.run(main())
+    assert _rows(store_path) == ["ok", "running"]

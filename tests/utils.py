@@ -1,12 +1,13 @@
 """What the tests import: a klbr kernel and a client for it (`start_kernel`, `misbehaving`), a raw socket
 on one of its channels, a request's reply and messages, `%klbr status`, the processes it leaves, a wait
-for an event no message announces. `conftest.py` holds the run's environment and the fixtures."""
+for an event no message announces, a loaded machine. `conftest.py` holds the run's environment and the fixtures."""
 
 from __future__ import annotations
 
 import importlib.util
 import os
 import signal
+import subprocess
 import sys
 import time
 from contextlib import contextmanager
@@ -27,6 +28,19 @@ def thorough(test):
     selects just those)."""
     skip = pytest.mark.skipif(not THOROUGH, reason="opt-in: KLBR_THOROUGH=1 pytest -m thorough")
     return pytest.mark.thorough(skip(test))
+
+
+@contextmanager
+def cpu_burners(count: int = 2):
+    """`count` processes that burn a core each while the block runs: the loaded machine a test must
+    pass on (CI on a busy host, a laptop compiling)."""
+    burners = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(count)]
+    try:
+        yield
+    finally:
+        for burner in burners:
+            burner.kill()
+            burner.wait()
 
 
 def benchmark(name: str):
@@ -150,6 +164,58 @@ def worker_pid(kc) -> int:
     return int(next(m for m in outputs if m["msg_type"] == "execute_result")["content"]["data"]["text/plain"])
 
 
+# A process that starts a kernel as Jupyter does (its own pid in the kernel's JPY_PARENT_PID), runs a
+# cell whose value is a tuple of pids, prints the kernel's pid and those, and waits to be killed.
+LAUNCHER = """
+import sys
+from jupyter_client import KernelManager
+km = KernelManager(kernel_name=sys.argv[1])
+km.start_kernel()
+kc = km.client()
+kc.start_channels()
+kc.wait_for_ready(timeout=60)
+msg_id = kc.execute(sys.argv[2])
+while True:
+    msg = kc.get_iopub_msg(timeout=30)
+    if msg["parent_header"].get("msg_id") == msg_id and msg["msg_type"] == "execute_result":
+        break
+print(km.provisioner.process.pid, *eval(msg["content"]["data"]["text/plain"]), flush=True)
+sys.stdin.read()  # until the test kills this process
+"""
+
+
+@contextmanager
+def launched(kernel: str, code: str, env: dict | None = None):
+    """A launcher (`LAUNCHER`) of `kernel` that ran `code`: it, and the kernel's pid and the pids `code`
+    gave; whatever of them is left is killed at the end."""
+    launcher = subprocess.Popen([sys.executable, "-c", LAUNCHER, kernel, code], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True, env=env)
+    pids: list[int] = []
+    try:
+        pids = [int(word) for word in launcher.stdout.readline().split()]
+        assert pids, "the launcher did not run its cell"
+        yield launcher, pids
+    finally:
+        launcher.kill()
+        launcher.wait()
+        for pid in pids:
+            kill_quietly(pid)
+
+
+def hung_in_c(kc, where: Path) -> tuple[int, int]:
+    """The worker's pid and a child it started, once a cell holds the GIL in C with SIGINT and SIGTERM
+    blocked: ipykernel's parent poller cannot run. (No output can announce it: output needs the GIL.
+    A file in `where` does.)"""
+    pid = worker_pid(kc)
+    _, outputs = execute(kc, "import subprocess\nchild = subprocess.Popen(['sleep', '600'])\nchild.pid")
+    child = int(results(outputs)[0])
+    hung = where / "hung"
+    kc.execute("import ctypes, signal\nsignal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})\n"
+               f"open({str(hung)!r}, 'w').close()\nctypes.PyDLL(None).sleep(600)")
+    until(hung.exists, 10, "the cell holds the GIL in C")
+    return pid, child
+
+
 def processes(match) -> list[int]:
     """The live processes whose command line (a list of its words, bytes) `match` accepts."""
     found = []
@@ -207,6 +273,16 @@ def until(check, timeout: float, what: str):
         time.sleep(0.05)
 
 
+def interrupt_keeps_the_namespace(km, kc) -> None:
+    """A cell that sleeps, interrupted once it has printed: KeyboardInterrupt, and the namespace as it was."""
+    execute(kc, "kept = 41")
+    msg_id = kc.execute("print('asleep', flush=True); import time; time.sleep(60)")
+    wait_for_stream(kc, msg_id)
+    km.interrupt_kernel()
+    assert collect(kc, msg_id)[0]["content"]["ename"] == "KeyboardInterrupt"
+    assert value(kc, "kept + 1") == 42
+
+
 def status_row(kc, row: str, seen: list | None = None) -> str:
     """One row of `%klbr status` (a cell the proxy answers: no worker sees it); `seen` as for `execute`."""
     _, outputs = execute(kc, "%klbr status", seen=seen)
@@ -238,11 +314,12 @@ def status_table(text: str) -> dict[str, str]:
     return dict(r if len(r) == 2 else (r[0], "") for r in rows)
 
 
-def wait_for_stream(kc, msg_id: str) -> None:
-    """Until the cell `msg_id` has printed something (it runs)."""
+def wait_for_stream(kc, msg_id: str) -> str:
+    """Until the cell `msg_id` has printed something (it runs); what it printed."""
     while not ((m := kc.get_iopub_msg(timeout=30))["parent_header"].get("msg_id") == msg_id
                and m["msg_type"] == "stream"):
         pass
+    return m["content"]["text"]
 
 
 def standby(kc, seen: list | None = None) -> str:

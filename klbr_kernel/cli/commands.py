@@ -21,6 +21,7 @@ from traitlets import Bool, Float, Int, Unicode, default
 from klbr_supervisor.boot.placement import PlacementError, parse
 from klbr_supervisor.store import Store, queries
 
+from .. import unsupported
 from .._version import __version__
 from .install import install
 
@@ -181,7 +182,8 @@ class InstallCommand(KlbrCommand):
     kernel_name = Unicode("klbr", config=True, help="The kernelspec's name.")
     display_name = Unicode("", config=True, help='The display name (default: "Python 3 (klbr)").')
     placement = Unicode("", config=True, help="Where its sessions run (Supervisor.placement), as "
-                        "ssh://gpu-box/usr/bin/python3; written into the kernelspec's command line.")
+                        "ssh://gpu-box/usr/bin/python3, docker://IMAGE or slurm://PARTITION; written into the "
+                        "kernelspec's command line.")
     aliases = {**base_aliases, "prefix": "InstallCommand.prefix", "name": "InstallCommand.kernel_name",
                "display-name": "InstallCommand.display_name", "placement": "InstallCommand.placement"}
     flags = {
@@ -225,5 +227,8 @@ class KlbrKernelCommand(KlbrCommand):
 
 
 def main(argv: list[str] | None = None) -> None:
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `klbr-kernel show 7 | head` ends quietly
-    KlbrKernelCommand.launch_instance(argv)
+    if sys.platform == "win32":
+        unsupported.refuse_command()
+    else:
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `klbr-kernel show 7 | head` ends quietly
+        KlbrKernelCommand.launch_instance(argv)

@@ -28,7 +28,13 @@ from ..cell_log.recording import OUTPUT_TYPES, CellLog
 from ..frontend.sockets import Frontend
 from ..requests.counts import ExecutionCounts
 from ..requests.current import Current
-from ..requests.outcomes import no_reply_error, obeyed_interrupt, timeout_error, unrecorded_notice
+from ..requests.outcomes import (
+    no_reply_error,
+    obeyed_interrupt,
+    timeout_error,
+    unrecorded_notice,
+    worker_dropped_notice,
+)
 from ..requests.queue import ShellQueue
 from ..requests.request import Phase, Request
 from .boundary import Boundary
@@ -190,6 +196,7 @@ class Delivery:
             if state == "busy":
                 self._brackets.relay_busy(req, wire)
             elif state == "idle" and req.awaits_idle:
+                self._worker_dropped(req, wire.msg_id)
                 self._hold(req, lambda: self._forward_idle(req, wire))
                 self._idle(req)
             return
@@ -211,6 +218,21 @@ class Delivery:
             self._current.open_comms.add(str(wire.content.get("comm_id", "")))
         elif msg_type == "comm_close":
             self._current.open_comms.discard(str(wire.content.get("comm_id", "")))
+
+    def _worker_dropped(self, req: Request, idle: str | None) -> None:
+        """Before a cell's idle (`idle`: its msg_id; None: it never came): if its worker dropped
+        messages before klbr read them (one klbr does not start itself: see
+        `klbr_supervisor.generation.sequence`), the cell says how many, in its outputs and its log."""
+        if req.msg_type != "execute_request" or req.generation is None or not req.generation.counts_drops:
+            return
+        # Replies still on their way (another socket than the idle's): this cell's own, and others'.
+        awaited = sum(1 for other in self._current.waiting.values() if other.expects_reply
+                      and other.phase in (Phase.SENT, Phase.AWAITING_REPLY))
+        dropped = req.generation.dropped_before(idle, awaited)
+        if dropped:
+            log.warning("generation %d dropped %d messages before %s %s's idle", req.generation.number, dropped,
+                        req.msg_type, req.msg_id)
+            self._own.output(req, "stream", {"name": "stderr", "text": worker_dropped_notice(dropped)})
 
     def _forward_idle(self, req: Request, wire: Wire) -> None:
         """The worker's idle for `req`, told first how many of its outputs were dropped, if any."""
@@ -269,6 +291,7 @@ class Delivery:
         dropped it): the proxy closes the bracket, as it does when a worker ends after its reply."""
         log.warning("%s %s: no idle %.0f s after its reply; the proxy sends it", req.msg_type, req.msg_id,
                     NO_REPLY_GRACE)
+        self._worker_dropped(req, None)
         self.close_bracket(req)
 
     def finished(self, req: Request) -> None:

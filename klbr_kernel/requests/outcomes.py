@@ -177,6 +177,15 @@ def no_reply_error(msg_type: str, seconds: float) -> CellError:
     )
 
 
+def worker_dropped_notice(count: int) -> str:
+    """A cell whose worker (one klbr does not start itself) dropped messages before klbr read them."""
+    return (f"klbr: the worker dropped {count} message{'s' if count != 1 else ''} of this cell before klbr "
+            "could read them (outputs, "
+            "most likely): a kernel klbr does not start itself keeps ipykernel's limit of 1000 waiting "
+            "iopub messages, and loses what it publishes past it while the kernel cannot read. Neither "
+            "this notebook nor the cell log has them.\n")
+
+
 def unrecorded_notice(error: StoreError) -> str:
     return (f"klbr: the cell log at {error.path} could not be opened ({error.cause}); "
             "this session runs unrecorded.\n")

@@ -4,10 +4,11 @@
 
 - `limit_memory`: `Supervisor.memory_limit` as the worker's RLIMIT_DATA, before ipykernel is imported;
 - `lossless_iopub`: an iopub that never drops what the worker publishes;
-- `flush_by_size`: stdout and stderr sent once a megabyte waits, not as one message per 0.2 s;
+- `flush_by_size`: stdout and stderr sent once 256 KiB wait, not as one message per 0.2 s;
 - `flush_only_what_waits`: a flush with nothing to send returns at once;
 - `shell_on_main_thread`: ipykernel 7 serves shell on its main thread, as 6.x does;
-- `wake_on_signal`: a signal wakes the loop of a cell that awaits, so an interrupt cancels it at once.
+- `interrupts_land`: a SIGINT ends what the main thread waits in, once, whatever thread took it and
+  whenever it came (an awaiting cell's loop woken too).
 
 Where this ipykernel does not let one be done, the worker says so on its stderr, one line per
 missing behaviour beginning with `NOTICE` (`targets.process.StderrTail` copies such a line into the
@@ -23,7 +24,6 @@ read for 6.29 to 7.x (the range pyproject admits); what it finds missing it leav
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import runpy
@@ -31,15 +31,19 @@ import signal
 import socket
 import sys
 import threading
-from collections.abc import Iterator, MutableMapping
+from collections.abc import MutableMapping
 from typing import Any
 
 # What begins each line the bootstrap writes on its stderr about a behaviour this ipykernel lacks.
 NOTICE = "klbr worker: "
 # The environment variable `Supervisor.memory_limit` comes in, in bytes (see `limit_memory`).
 MEMORY_LIMIT = "KLBR_MEMORY_LIMIT"
-# Characters written to a stream since it was last flushed by size (see `flush_by_size`).
-FLUSH_AT = 1 << 20
+# Characters written to a stream since it was last flushed by size (see `flush_by_size`). 256 KiB,
+# not more: what the proxy's iopub queues for a reader slower than the flood is counted in messages
+# (`klbr_kernel.frontend.standin.IOPUB_QUEUE`, 200), and at 1 MiB a message a 1 GiB flood to a
+# reader beside busy CPUs took the proxy to 300-480 MiB (2026-12-06); at 256 KiB, 75-155 MiB, and
+# no slower (50 MiB in 64 KiB writes: 0.16 s a cell against 0.18 s, medians of 9).
+FLUSH_AT = 1 << 18
 
 _KEEPS_HWM = ("iopub keeps ipykernel's high-water mark ({}): a cell that floods while the kernel is "
               "starved of CPU may lose outputs, its idle included")
@@ -232,71 +236,172 @@ def shell_on_main_thread() -> None:
     kernel._supports_kernel_subshells = property(lambda self: False)
 
 
-def wake_on_signal() -> None:
-    """A signal wakes the loop while a cell awaits. An interrupt of such a cell reaches ipykernel's
-    SIGINT handler while the loop waits in epoll; the handler schedules the cancel with the loop's
-    plain `call_soon` (it runs on the loop's own thread), and the wait goes on until its timeout:
-    `await asyncio.sleep(60)` was cancelled only when the sleep ended (plain ipykernel too), and
-    klbr, hearing no reply, killed the worker after its grace (WorkerKilled, the namespace lost).
+# How long a SIGINT the main thread has not taken waits before it is sent to that thread again.
+RESEND_AFTER = 0.05
 
-    Python writes each signal's number to the wakeup fd it is given, from its C handler, so while
-    ipykernel watches SIGINT for an awaiting cell (`_cancel_on_sigint`, in 6.29 and 7) this gives it
-    one the loop watches and drains, and takes it away after (unless the cell set its own): armed
-    for each such cell, as the cell's code may take it away (asyncio's last `remove_signal_handler`
-    sets none), and not between cells, where trio would warn of a collision. Where one is set
-    already (asyncio's, for a handler a cell added), it stays: it wakes the loop too, and asyncio
-    reads its handlers' signals from it."""
-    kernel = _ipykernel("ipykernel.ipkernel").IPythonKernel
-    cancel_on_sigint = getattr(kernel, "_cancel_on_sigint", None)
-    if not callable(cancel_on_sigint):
-        return
-    pair: list[socket.socket] = []  # (written by Python's handler, drained by the loop), once made
 
-    def _wakeup_fd() -> int:
-        if not pair:
-            from tornado.ioloop import IOLoop  # noqa: PLC0415 — ipykernel's loop, once a cell awaits
+class _Interrupts:
+    """Every SIGINT a worker is sent, taken once by its main thread (see `interrupts_land`): the
+    socket Python's C handler writes each signal's number to, while a handler of ours is installed,
+    and the thread that sends a SIGINT the main thread has not taken to that thread again."""
 
-            wake, woken = socket.socketpair()
-            wake.setblocking(False)
-            woken.setblocking(False)
+    def __init__(self) -> None:
+        self.lock = threading.RLock()  # a handler may run again inside itself: reentrant
+        self.drained = threading.Event()
+        self.main = threading.main_thread().ident
+        self.pair: tuple[socket.socket, socket.socket] | None = None  # (read, write), once made
+        self.watcher: threading.Thread | None = None
 
-            def _drain(fd: int, events: int) -> None:
+    def arm(self) -> None:
+        """Ours is the wakeup fd, unless another is there (asyncio's, for a cell's handler: then
+        nothing is counted, and the handler runs as under ipykernel). On the main thread only."""
+        if self.pair is None:
+            read, write = socket.socketpair()
+            read.setblocking(False)
+            write.setblocking(False)
+            self.pair = (read, write)
+        ours = self.pair[1].fileno()
+        before = _set_wakeup_fd(ours, warn_on_full_buffer=False)
+        if before not in (-1, ours):
+            _set_wakeup_fd(before)
+        elif self.watcher is None:
+            self.watcher = threading.Thread(target=self.watch, name="klbr interrupts", daemon=True)
+            self.watcher.start()
+
+    def disarm(self) -> None:
+        """No wakeup fd of ours between cells (trio, on ipykernel 6, warns of one it finds)."""
+        if self.pair is not None:
+            now = _set_wakeup_fd(-1)
+            if now != self.pair[1].fileno():
+                _set_wakeup_fd(now)
+
+    def counting(self) -> bool:
+        """Whether ours is the wakeup fd now (on the main thread: the handler asks)."""
+        now = _set_wakeup_fd(-1)
+        _set_wakeup_fd(now)
+        return self.pair is not None and now == self.pair[1].fileno()
+
+    def take(self) -> bool:
+        """Drain what the C handler wrote: True if a SIGINT was among it (under `lock`)."""
+        taken = False
+        if self.pair is not None:
+            try:
+                while chunk := self.pair[0].recv(4096):
+                    taken = taken or int(signal.SIGINT) in chunk
+            except OSError:
+                pass
+        self.drained.set()
+        return taken
+
+    def watch(self) -> None:
+        """The watcher thread: a SIGINT still undrained `RESEND_AFTER` after it came goes to the
+        main thread, again and again until taken; what nobody's handler will drain, it drains."""
+        import select  # noqa: PLC0415 — once the first cell arms it
+
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
+        assert self.pair is not None and self.main is not None  # armed before it starts
+        read = self.pair[0]
+        while True:
+            select.select([read], [], [])
+            self.drained.clear()
+            if self.drained.wait(RESEND_AFTER):
+                continue
+            with self.lock:
                 try:
-                    while woken.recv(4096):
-                        pass
+                    waiting = read.recv(4096, socket.MSG_PEEK)
                 except BlockingIOError:
-                    pass
+                    continue
+                if int(signal.SIGINT) in waiting and isinstance(_getsignal(signal.SIGINT), _Landing):
+                    signal.pthread_kill(self.main, signal.SIGINT)
+                else:
+                    self.take()
 
-            IOLoop.current().add_handler(woken.fileno(), _drain, IOLoop.READ)
-            pair.extend((wake, woken))
-        return pair[0].fileno()
 
-    @contextlib.contextmanager
-    def _cancel_on_sigint_woken(self: Any, future: Any) -> Iterator[None]:
-        ours = _wakeup_fd()
-        before = signal.set_wakeup_fd(ours, warn_on_full_buffer=False)
-        if before != -1:
-            signal.set_wakeup_fd(before)
+_interrupts = _Interrupts()
+_signal, _getsignal, _set_wakeup_fd = signal.signal, signal.getsignal, signal.set_wakeup_fd
+
+
+class _Landing:
+    """A SIGINT handler as installed: it runs for a SIGINT it drains, once (the flag a late resend
+    set again is an echo), and then wakes the running asyncio loop."""
+
+    __slots__ = ("handler",)
+
+    def __init__(self, handler: Any):
+        self.handler = handler
+
+    def __call__(self, signum: int, frame: Any) -> Any:
+        with _interrupts.lock:
+            if not _interrupts.take() and _interrupts.counting():
+                return None
+        result = self.handler(signum, frame)
         try:
-            with cancel_on_sigint(self, future):
-                yield
-        finally:
-            if before == -1:
-                now = signal.set_wakeup_fd(-1)
-                if now != ours:
-                    signal.set_wakeup_fd(now)
+            import asyncio  # noqa: PLC0415 — ipykernel has, by any cell
 
-    kernel._cancel_on_sigint = _cancel_on_sigint_woken
+            asyncio.get_running_loop().call_soon_threadsafe(_nothing)
+        except RuntimeError:
+            pass
+        return result
+
+
+def _nothing() -> None:
+    """What wakes a loop."""
+
+
+def _given(handler: Any) -> Any:
+    return handler.handler if isinstance(handler, _Landing) else handler
+
+
+def _install(signalnum: int, handler: Any) -> Any:
+    """`signal.signal`, SIGINT's handlers installed wrapped, each given back as it was given."""
+    if signalnum != signal.SIGINT:
+        return _signal(signalnum, handler)
+    if callable(handler) and not isinstance(handler, _Landing):
+        _interrupts.arm()  # before the handler: a SIGINT between the two is counted
+        before = _signal(signalnum, _Landing(handler))
+    else:
+        before = _signal(signalnum, handler)
+        if not callable(handler):
+            _interrupts.disarm()
+    return _given(before)
+
+
+def interrupts_land() -> None:
+    """An interrupt always lands, once. A SIGINT sent to the worker (its group: `killpg`, as
+    jupyter_client sends it) sets Python's flag from the C handler on whichever thread the kernel
+    picked, and the Python handler runs on the main thread when it next checks. Two ways that was
+    too late: the signal landed on the main thread just before a blocking call began (`time.sleep`
+    between releasing the GIL and entering the syscall: the GIL's hand-over to a thread that wants
+    it holds that window open for as long as the other thread takes to be scheduled), or on
+    another thread (Linux hands a process-directed signal to any thread that does not block it
+    when the main thread cannot take it at once). Either way the sleep went on and klbr killed the
+    worker after its grace (WorkerKilled, the namespace lost): 7 of 500 such signals under load with
+    ipykernel's handler, 0 with this (benchmarks/interrupts.py, 2026-12-06).
+
+    So every SIGINT handler is installed wrapped (`signal.signal` and `getsignal`, patched before
+    ipykernel binds them, give back the handler as given), and while one is, Python writes each
+    signal's number to a socket of ours (`signal.set_wakeup_fd`). A watcher thread sees the byte;
+    if the handler has not drained it `RESEND_AFTER` later, it sends SIGINT to the main thread
+    (`pthread_kill`), which interrupts whatever call it waits in, and again until taken. The wrapper
+    runs the handler only for a SIGINT it drains, so the flag a late resend set again is an echo and
+    does nothing (resends are sent under the lock the wrapper drains under). Where another wakeup fd
+    is set (asyncio's, for a handler a cell added to its loop) nothing is counted: the handler runs
+    as under ipykernel. A handler that returns is followed by a wake of the running asyncio loop:
+    ipykernel cancels an awaiting cell from its SIGINT handler with the loop's plain `call_soon`,
+    and the loop, waiting in epoll, slept on to its timeout (`await asyncio.sleep(60)` ran to its
+    end, and was killed). Must run before ipykernel is imported (`kernelbase` binds `signal.signal`)."""
+    signal.signal = _install
+    signal.getsignal = lambda signalnum: _given(_getsignal(signalnum))
 
 
 def main() -> None:
     """The worker: each change above, then ipykernel's own launcher with this process's arguments."""
     limit_memory()
+    interrupts_land()  # first: ipykernel binds `signal.signal` as it is imported
     lossless_iopub()
     flush_by_size()
     flush_only_what_waits()
     shell_on_main_thread()
-    wake_on_signal()
     runpy.run_module("ipykernel_launcher", run_name="__main__", alter_sys=True)
 
 

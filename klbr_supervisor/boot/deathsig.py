@@ -1,7 +1,5 @@
-"""Workers die with the proxy: PR_SET_PDEATHSIG set in the worker process itself, before its code runs.
-
-A `preexec_fn` could do it between fork and exec, but Python documents `preexec_fn` as unsafe in a
-process with threads, and the proxy has several. So the child sets it:
+"""Workers die with the proxy: armed in the worker process itself, before its code runs
+(`klbr_supervisor.system.death`: PR_SET_PDEATHSIG, or the reaper where there is none).
 
 - the default worker starts as `python -m klbr_supervisor.boot.worker PARENT_PID ...` (see `worker`),
   which calls `die_with(PARENT_PID)` and then runs ipykernel in the same process: no extra exec;
@@ -15,19 +13,14 @@ when the child gets here, the child exits at once. Standard library only.
 
 from __future__ import annotations
 
-import ctypes
 import os
-import signal
 import sys
 
-_PR_SET_PDEATHSIG = 1
+if __name__ == "__main__":  # a script under -I -S: klbr's packages are where this file is
+    sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))))
+from klbr_supervisor.system.death import die_with
 
-
-def die_with(parent_pid: int) -> None:
-    """Called first thing in a worker process: SIGKILL when the process that started it dies."""
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent_pid:  # the parent died before the death signal was armed
-        os._exit(1)
+__all__ = ["command", "die_with"]  # `die_with` for `boot.worker`
 
 
 def command(parent_pid: int, argv: list[str]) -> list[str]:

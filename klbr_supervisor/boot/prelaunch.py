@@ -207,7 +207,7 @@ class EarlySsh(Early):
         self._renewing.start()
 
     def _renew(self) -> None:
-        from .ssh_launch import LEASE_EVERY  # noqa: PLC0415 — ssh:// only: the local spawn waits for no import
+        from .agent_launch import LEASE_EVERY  # noqa: PLC0415 — ssh:// only: the local spawn waits for no import
 
         while not self._stop.wait(LEASE_EVERY):
             try:
@@ -368,8 +368,9 @@ def _start_ssh(argv: list[str], info: dict[str, Any], runtime: str, session_id: 
                client: dict[str, str]) -> EarlySsh | None:
     """The first generation's ssh; its remote kernel is started with `args` and the host channel."""
     # ssh:// only: the local spawn waits for neither.
+    from .agent_launch import LINK_TIMEOUT  # noqa: PLC0415
     from .placement import PlacementError, parse  # noqa: PLC0415
-    from .ssh_launch import LINK_TIMEOUT, Launch, split  # noqa: PLC0415
+    from .ssh_launch import Launch, split  # noqa: PLC0415
 
     given = {name: values(argv, f"Supervisor.{name}") for name in ("placement", "ssh_command", "link_timeout")}
     options = values(argv, "Supervisor.ssh_options")

@@ -6,13 +6,16 @@ end of a pipe whose write end lives only in the proxy: when the proxy dies, howe
 read sees EOF and the reaper SIGKILLs the groups it was told about. Started by `Reaper.start` in its own
 session (so a killpg of the proxy's group cannot take it down first); stdlib only, for a fast start.
 
-Protocol on stdin, one line each: ``+PGID`` (watch) or ``-PGID`` (forget). The one argument is the
-proxy's runtime directory (connection files, ipc sockets): removed too, so even a SIGKILLed proxy
-leaves nothing in the temp directory.
+Protocol on stdin, one line each: ``+PGID`` (watch) or ``-PGID`` (forget); ``+["argv", ...]`` or
+``-[...]``: a command to run at the end, or not (a container's ``docker rm -f``, a job's ``scancel``:
+what an engine runs for a generation does not die with any process of this machine). The one
+argument is the proxy's runtime directory (connection files, ipc sockets): removed too, so even a
+SIGKILLed proxy leaves nothing in the temp directory.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -24,20 +27,36 @@ def main() -> None:
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     groups: set[int] = set()
+    commands: list[list[str]] = []
     for line in sys.stdin.buffer:
+        op, what = line[:1], line[1:].strip()
         try:
-            op, pgid = line[:1], int(line[1:])
+            watched: int | list[str] = json.loads(what) if what.startswith(b"[") else int(what)
         except ValueError:
             continue
-        if op == b"+":
-            groups.add(pgid)
-        elif op == b"-":
-            groups.discard(pgid)
+        if isinstance(watched, int):
+            (groups.add if op == b"+" else groups.discard)(watched)
+        elif op == b"+":
+            commands.append(watched)
+        elif watched in commands:
+            commands.remove(watched)
     for pgid in groups:
         try:
             os.killpg(pgid, signal.SIGKILL)
         except OSError:
             pass
+    running = []
+    for argv in commands:
+        try:
+            running.append(subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # noqa: S603 — the argv its kernel gave
+                                            stderr=subprocess.DEVNULL, start_new_session=True))
+        except OSError:
+            pass
+    for process in running:
+        try:
+            process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            process.kill()
     if len(sys.argv) > 1:
         shutil.rmtree(sys.argv[1], ignore_errors=True)
 
@@ -65,6 +84,13 @@ class Reaper:
 
     def forget(self, pgid: int) -> None:
         self._write(f"-{pgid}\n")
+
+    def at_end(self, argv: list[str]) -> None:
+        """Run `argv` when the kernel is gone, however it died (unless `never` comes first)."""
+        self._write(f"+{json.dumps(argv)}\n")
+
+    def never(self, argv: list[str]) -> None:
+        self._write(f"-{json.dumps(argv)}\n")
 
     def close(self) -> None:
         """Stop the reaper (it kills whatever it still watches) and reap it."""

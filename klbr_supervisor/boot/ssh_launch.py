@@ -8,33 +8,25 @@ remote kernel's start overlap them; `targets.ssh` starts every other one, and ad
 
 from __future__ import annotations
 
-import json
 import os
 import shlex
 import subprocess
 
-from .groups import end_process
+from .agent_launch import AGENT, CHANNELS, HOST_ENDPOINT, LINK_TIMEOUT, READ_FIRST_LINE, first_line, lease_of, spawn
 
 TYPE_CHECKING = False  # typing's, as mypy reads it, without importing typing before the spawn
 if TYPE_CHECKING:
     from .placement import Placement
 
-with open(os.path.join(os.path.dirname(__file__), "ssh_agent.py")) as _f:
-    AGENT = _f.read()
 # What the login shell on the remote runs: the agent's first line comes on stdin. Plain words and
 # one double-quoted string with no $, backquote, ! or glob in it, which POSIX shells, fish and
 # csh all take as it is.
-REMOTE = '{python} -c "import sys;exec(sys.stdin.readline())"'
-# The ports the agent writes into the worker's connection file: its ipc sockets are ``k-{port}``.
-CHANNELS = {"shell": 1, "iopub": 2, "stdin": 3, "control": 4, "hb": 5}
-LINK_TIMEOUT = 15.0  # `Supervisor.link_timeout`'s default
-LEASE_EVERY = 1.0  # seconds between lease renewals
-HOST_ENDPOINT = "KLBR_HOST_ENDPOINT"
+REMOTE = '{python} -c "' + READ_FIRST_LINE + '"'
 
 
-def split(command: str) -> list[str]:
-    """`Supervisor.ssh_command` as words."""
-    return shlex.split(command) if command else ["ssh"]
+def split(command: str, default: str = "ssh") -> list[str]:
+    """A configured command (`Supervisor.ssh_command`, `docker_command`, `srun_command`) as words."""
+    return shlex.split(command) if command else [default]
 
 
 def base_command(placement: Placement, ssh_command: list[str], ssh_options: list[str],
@@ -51,12 +43,7 @@ def base_command(placement: Placement, ssh_command: list[str], ssh_options: list
 
 def remote(python: str, script: str) -> tuple[str, str]:
     """The remote command that runs `script`, sent as its first line on stdin."""
-    return REMOTE.format(python=python), f"exec(compile({script!r}, 'klbr', 'exec'))\n"
-
-
-def lease_of(link_timeout: float) -> float:
-    """How long the agent keeps its kernel without a renewal: `link_timeout` (0: no limit)."""
-    return link_timeout if link_timeout > 0 else 3600.0
+    return REMOTE.format(python=python), first_line(script)
 
 
 class Launch:
@@ -103,26 +90,14 @@ class Launch:
                 "host_socket": self.host_socket, "client": self.client}
 
     def spawn(self) -> subprocess.Popen[bytes]:
-        """Start ssh in a session of its own (what it starts goes with it) and give the agent its
-        start; raises OSError when ssh cannot be run."""
-        process = subprocess.Popen(  # noqa: S603 — the configured ssh command, no shell
-            self.argv(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=dict(os.environ),
-            start_new_session=True)
-        try:
+        """Start ssh and give the agent its start; raises OSError when ssh cannot be run."""
+
+        def start() -> dict[str, object]:
             # Imported while ssh connects: `deathsig` costs milliseconds.
             from .worker import BOOTSTRAP  # noqa: PLC0415
 
-            start = {"dir": self.remote_dir, "memory_limit": self.memory_limit, "key": self.key,
-                     "signature_scheme": self.signature_scheme,
-                     "bootstrap": BOOTSTRAP, "args": self.args, "channels": CHANNELS,
-                     "lease": lease_of(self.link_timeout), **self._host_channel()}
-            first = remote(self.placement.python, AGENT)[1] + json.dumps({"start": start}) + "\n"
-            assert process.stdin is not None  # opened as a pipe just above
-            try:
-                os.write(process.stdin.fileno(), first.encode())  # into an empty pipe: all of it, at once
-            except BrokenPipeError:
-                pass  # ssh has ended already: its exit status and stderr say why
-        except BaseException:
-            end_process(process)
-            raise
-        return process
+            return {"dir": self.remote_dir, "memory_limit": self.memory_limit, "key": self.key,
+                    "signature_scheme": self.signature_scheme, "bootstrap": BOOTSTRAP, "args": self.args,
+                    "channels": CHANNELS, "lease": lease_of(self.link_timeout), **self._host_channel()}
+
+        return spawn(self.argv(), start)

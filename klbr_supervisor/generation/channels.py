@@ -33,6 +33,14 @@ _KINDS = {"shell": zmq.DEALER, "control": zmq.DEALER, "stdin": zmq.DEALER, "iopu
 _EVENTS = zmq.EVENT_HANDSHAKE_SUCCEEDED | zmq.EVENT_DISCONNECTED
 
 
+def curve_client(sock: zmq.Socket[bytes], server_key: str) -> None:
+    """Make `sock` a CurveZMQ client of the server whose public key is `server_key` (none: plain)."""
+    if server_key:
+        public, secret = zmq.curve_keypair()
+        sock.curve_publickey, sock.curve_secretkey = public, secret
+        sock.curve_serverkey = server_key.encode("ascii")
+
+
 class WorkerChannels:
     """Created by a `Generation` once its worker is launched; closed when the generation ends."""
 
@@ -50,11 +58,12 @@ class WorkerChannels:
         self.closed = False
 
     def connect(self, endpoints: dict[str, str], on_message: Callable[[str, Frames], None],
-                on_change: Callable[[], None]) -> None:
+                on_change: Callable[[], None], server_key: str = "") -> None:
         """Connect to the worker's `endpoints` (channel -> url); the worker may not have bound yet.
         From now on `on_message(channel, frames)` receives every message from the worker (its frames
         as bytes), on the loop, and `on_change()` is called whenever a channel connects or
-        disconnects. Nothing, once closed (its generation ended while its launch reported)."""
+        disconnects. With `server_key` (Z85), as a CurveZMQ client of a worker that serves it (over a
+        network). Nothing, once closed (its generation ended while its launch reported)."""
         if self.closed:
             return
         self._on_change = on_change
@@ -73,6 +82,7 @@ class WorkerChannels:
                 # ipykernel sends input_request to the identity the execute came from on shell, so
                 # shell and stdin must share one (as jupyter_client's clients do).
                 sock.setsockopt(zmq.IDENTITY, self._session.bsession)
+            curve_client(sock, server_key)
             monitor = sock.get_monitor_socket(_EVENTS)
             self._monitors[name] = LoopSocket(f"{self._name}.{name}-monitor", monitor, partial(self._event, name))
             sock.connect(endpoints[name])

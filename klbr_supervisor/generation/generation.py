@@ -34,6 +34,7 @@ from .identity import ask_identity, snapshot
 from .link import LinkWatch, endpoint
 from .readiness import Readiness
 from .resign import Resigner, take_key
+from .sequence import Sequence
 from .traffic import Traffic
 
 MessageHandler = Callable[["Generation", str, Wire], None]
@@ -75,7 +76,8 @@ class Generation:
         self._readiness = Readiness(f"generation {number}", self._session, self._channels, log)
         # A worker elsewhere gets a key of its own, and its traffic is re-signed (`resign`).
         resigner = None if target.shares_key else Resigner(target.session, session)
-        self._traffic = Traffic(self, self._readiness, resigner, on_message)
+        self._traffic = Traffic(self, self._readiness, resigner, on_message,
+                                Sequence() if target.drops_iopub else None)
         self._loop = asyncio.get_running_loop()
         self._exited: asyncio.Future[int | None] = self._loop.create_future()
         self._ended: asyncio.Future[Ending] = self._loop.create_future()
@@ -151,8 +153,9 @@ class Generation:
         self._set_state(GenerationState.STARTING, "launched")
         if not target.shares_key:
             take_key(self._session, info)
+        server_key = str(info.get("curve_publickey") or "")  # a worker that serves CurveZMQ (jupyter_client's name)
         self._channels.connect({name: endpoint(info, name) for name in CHANNELS}, self._traffic.received,
-                               self._readiness.check)
+                               self._readiness.check, server_key)
         self._readiness.probe()
         ready = self._readiness.ready
         try:
@@ -175,7 +178,7 @@ class Generation:
         self._served.set_result(None)
         if not target.shares_key and self._link_timeout > 0:  # from now on, silence is a lost link
             self._link = LinkWatch(f"gen{self.number}", self._zmq, endpoint(info, "hb"), self._link_timeout,
-                                   self._link_lost)
+                                   self._link_lost, server_key)
             self._traffic.heard = self._link.heard  # a message its key signed is word from it too
         return True
 
@@ -222,6 +225,20 @@ class Generation:
         """Interrupt as the kernelspec says (SIGINT to the group, or a control interrupt_request)."""
         if self.state in (GenerationState.STARTING, *ALIVE):
             await self.target.interrupt()
+            if self.target.interrupts_by_message and self._traffic.sequence is not None:
+                self._traffic.sequence.elsewhere()
+
+    @property
+    def counts_drops(self) -> bool:
+        """Whether its worker's iopub may drop, and so its message numbers are counted (`sequence`)."""
+        return self._traffic.sequence is not None
+
+    def dropped_before(self, msg_id: str | None, awaited: int) -> int:
+        """How many messages its worker made before `msg_id` (the idle that ends a request; None:
+        the newest that came) never came: what its iopub dropped, where it may (see `sequence`); 0
+        for klbr's own workers. `awaited`: replies to other requests still on their way."""
+        sequence = self._traffic.sequence
+        return sequence.dropped_before(msg_id, awaited) if sequence is not None else 0
 
     def send(self, channel: str, frames: Frames) -> bool:
         if self.state in _OVER:
@@ -320,7 +337,8 @@ class Generation:
         if self.memory is not None:
             memory = self.memory.verdict(returncode, asked=asked)
         else:  # not sampled (a remote worker): its limit alone can be named
-            memory = verdict(returncode, asked=asked, last=None, limit=self.memory_limit, oom_killed=False)
+            memory = verdict(returncode, asked=asked, last=None, limit=self.memory_limit,
+                             oom_killed=not asked and self.target.oom_killed)
         self._close(None, describe_exit(returncode))
         if memory is not None and self._closing is not None:
             self._closing.memory = memory

@@ -10,6 +10,8 @@ import platform
 import socket
 from typing import TYPE_CHECKING, Any
 
+from ..system import facts
+
 if TYPE_CHECKING:
     from jupyter_client.session import Session
 
@@ -25,22 +27,13 @@ EXPRESSION = ("__import__('json').dumps({'hostname': __import__('socket').gethos
 
 def snapshot(pid: int, kernel_info: dict[str, Any]) -> dict[str, Any]:
     """Hostname, platform, arch, interpreter and its version, pid and cwd of the worker `pid` (here)."""
-    def link(name: str) -> str | None:
-        try:
-            return os.readlink(f"/proc/{pid}/{name}")
-        except OSError:
-            return None
-
-    try:  # as it was started (a venv's python, not the binary it links to)
-        with open(f"/proc/{pid}/cmdline", "rb") as f:
-            argv0 = f.read().split(b"\0", 1)[0].decode("utf-8", "replace")
-    except OSError:
-        argv0 = ""
+    started = facts.started(pid)
+    argv0 = started.argv[0] if started.argv else ""  # as it was started: a venv's python, not the binary it links to
     return {
         "hostname": socket.gethostname(), "platform": platform.system(), "arch": platform.machine(),
-        "interpreter": argv0 if os.path.isabs(argv0) else link("exe"),
+        "interpreter": argv0 if os.path.isabs(argv0) else started.executable,
         "version": kernel_info.get("language_info", {}).get("version"),
-        "pid": pid, "cwd": link("cwd"),
+        "pid": pid, "cwd": started.cwd,
     }
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import zmq
 
 from ..messages.sockets import LoopSocket
+from .channels import curve_client
 
 
 def endpoint(info: dict[str, Any], channel: str) -> str:
@@ -30,10 +31,12 @@ def endpoint(info: dict[str, Any], channel: str) -> str:
 
 class LinkWatch:
     def __init__(self, name: str, context: zmq.Context[zmq.Socket[bytes]], heartbeat: str, timeout: float,
-                 on_lost: Callable[[float], None]):
-        """Pings `heartbeat` from now on; `on_lost(seconds_silent)` is called once, on the loop."""
+                 on_lost: Callable[[float], None], server_key: str = ""):
+        """Pings `heartbeat` from now on (a CurveZMQ client of `server_key`, if any);
+        `on_lost(seconds_silent)` is called once, on the loop."""
         sock = context.socket(zmq.DEALER)
         sock.linger = 0
+        curve_client(sock, server_key)
         sock.connect(heartbeat)
         self._channel = LoopSocket(f"{name}.hb", sock, self.heard)
         self._timeout = timeout

@@ -19,6 +19,7 @@ from ..messages.wire import Wire
 from ..states import GenerationState
 from .readiness import Readiness
 from .resign import Resigner
+from .sequence import Sequence
 
 if TYPE_CHECKING:
     from . import Generation
@@ -29,11 +30,13 @@ _UNPARENTED_FOR_FRONTEND = frozenset({"debug_event"})
 
 class Traffic:
     def __init__(self, generation: Generation, readiness: Readiness, resigner: Resigner | None,
-                 on_message: Callable[[Generation, str, Wire], None]):
+                 on_message: Callable[[Generation, str, Wire], None], sequence: Sequence | None = None):
+        """`sequence`: where the worker's message numbers are counted, when its iopub may drop."""
         self._generation = generation
         self._readiness = readiness
         self._resigner = resigner
         self._on_message = on_message
+        self.sequence = sequence
         self.heard: Callable[[], None] | None = None  # once its link is watched (`link`)
 
     def outgoing(self, frames: Frames) -> Frames:
@@ -49,6 +52,8 @@ class Traffic:
             wire = Wire.parse(frames)
             if self.heard is not None:
                 self.heard()  # a message its key signed: word from it
+            if self.sequence is not None:
+                self.sequence.note(wire.msg_id)
         except ValueError as e:  # MalformedMessage, a bad signature, an undecodable header
             gen.log.warning("generation %d: malformed %s message dropped: %s", gen.number, channel, e)
             return

@@ -344,7 +344,7 @@ class HostService(LoggingConfigurable):
         spec, msg_id = args.get("spec"), self._cell().msg_id
 
         async def relocate() -> None:  # the check may start the interpreter: not on the loop's time
-            why = await problem(spec, self.supervisor.ssh)
+            why = await problem(spec, self.supervisor.ssh, self.supervisor.engines)
             cell = self.supervisor.cells.cell
             if why is not None:
                 self._done(call, _refused(call, "invalid", why))

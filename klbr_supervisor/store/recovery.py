@@ -9,18 +9,20 @@ from __future__ import annotations
 import json
 import os
 import sqlite3
-from pathlib import Path
+
+from ..system import facts
 
 UNKNOWN_WHY = "its kernel died while it ran: it may have had effects, and it was not re-run"
 
 
 def kernel_alive(pid: int) -> bool:
-    """Whether `pid` is a live klbr kernel on this host (not merely a reused pid)."""
-    try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+    """Whether `pid` is a live klbr kernel on this host (not merely a reused pid). Where nothing here
+    can show its command line (another user's, /proc hidden), it is alive while the pid is: a session
+    is closed only when its kernel is known to be gone."""
+    if not facts.exists(pid):
         return False
-    return b"klbr_kernel" in cmdline
+    argv = facts.command_line(pid)
+    return argv is None or b"klbr_kernel" in "\0".join(argv).encode()
 
 
 def recover_orphans(conn: sqlite3.Connection, host: str, when: str) -> list[int]:

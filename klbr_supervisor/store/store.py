@@ -6,8 +6,11 @@ outcome and every output received so far commit together, before the frontend se
 `answered` for a cell that never ran (its whole row, also before the frontend sees the reply).
 These three return True when the loop committed the write itself (the common case: the row is
 durable now, and `done` is never called); otherwise `done` runs later on the loop, never inside the
-call that took it. The threading rule is in `writer`. A write that fails pauses the store (`paused`
-says why); the next `cell_started` tries again and resumes it when the file takes writes again.
+call that took it, and exactly once: one owner decides each write's outcome (`_write`). The threading
+rule is in `writer`. A write that fails pauses the store (`paused` says why); the next `cell_started`
+tries again and resumes it when the file takes writes again, and the outcomes that failed meanwhile
+are written then (a row never stays `running` for a cell its frontend got an answer for, unless the
+file never takes writes again before the kernel ends: recovery then calls it `unknown`).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from jupyter_core.paths import jupyter_data_dir
 from traitlets import Bool, CaselessStrEnum, Float, Int, Unicode, default
 from traitlets.config import LoggingConfigurable
 
+from ..system import facts
 from .queries import connect
 from .records import CellRecord
 from .recovery import recover_orphans
@@ -107,21 +111,6 @@ class StoreError(Exception):
         super().__init__(f"{path}: {cause}")
 
 
-def filesystem_type(path: Path) -> str:
-    """The type of the filesystem holding `path`, from /proc/mounts ('' if unknown)."""
-    best, fstype = "", ""
-    try:
-        target = str(path.resolve())
-        for line in Path("/proc/mounts").read_text().splitlines():
-            parts = line.split()
-            mount = parts[1].replace("\\040", " ")
-            if (target == mount or target.startswith(mount.rstrip("/") + "/")) and len(mount) >= len(best):
-                best, fstype = mount, parts[2]
-    except OSError:
-        pass
-    return fstype
-
-
 class Store(LoggingConfigurable):
     path = Unicode(config=True, help="The SQLite file (env KLBR_DB overrides; default <jupyter data dir>/klbr/klbr.sqlite3).")
     max_output_bytes = Int(
@@ -155,6 +144,9 @@ class Store(LoggingConfigurable):
         self._file_checked = 0.0
         self._replaced: StoreError | None = None
         self._event_seq = 0
+        # Cell outcomes whose write failed, by cell, in the order they failed: written again when the
+        # file takes writes again, and at close (see `_retry_owed`).
+        self._owed: dict[CellRecord, Apply] = {}
 
     # -- opening -----------------------------------------------------------------------------------
 
@@ -200,7 +192,7 @@ class Store(LoggingConfigurable):
             pass
         timeout = self.busy_timeout if busy_timeout is None else busy_timeout
         conn = sqlite3.connect(path, timeout=timeout, isolation_level=None, check_same_thread=False)
-        fstype = filesystem_type(path)
+        fstype = facts.filesystem_type(path)
         if fstype in _NETWORK_FS:
             log.warning("klbr store %s is on %s: WAL is unsafe there, using a rollback journal", path, fstype)
             conn.execute("PRAGMA journal_mode = DELETE")
@@ -236,6 +228,8 @@ class Store(LoggingConfigurable):
         if self._writer is None or self._writer.closed:
             return
         session_id, ended = self.session_id, now()
+        if self._owed:  # a last try, paused or not: what fails now is left `running`, for recovery
+            self._retry_owed()
         self._submit(lambda c: c.execute("UPDATE sessions SET ended = ? WHERE id = ?", (ended, session_id)))
         self._writer.close(wait=self.busy_timeout + 5)
         if self._reader is not None:
@@ -266,23 +260,41 @@ class Store(LoggingConfigurable):
             )
             cell.id = cur.lastrowid
 
-        if self._direct(insert, done, one_statement=True):  # (a failure reaches `done` as it is)
-            if self.paused is not None:
-                self._resumed()
-            return True
-
         def committed(error: StoreError | None) -> None:
             if error is None and self.paused is not None:
                 self._resumed()
             done(error)
 
-        self._submit(insert, committed, resuming=True)
+        if self._write(insert, committed, one_statement=True, resuming=True):
+            if self.paused is not None:
+                self._resumed()
+            return True
         return False
 
     def _resumed(self) -> None:
+        """The file takes writes again: the outcomes that could not be recorded meanwhile go first."""
         log.warning("klbr store %s takes writes again: recording resumed", self.path)
         self._pause(None)
+        self._retry_owed()
         self.event("store_resumed", {})
+
+    def _retry_owed(self) -> None:
+        """Write again each cell outcome whose write failed (its row still says `running`, though its
+        frontend got its reply): submitted in the order they were owed, each settling its own debt."""
+        owed, self._owed = self._owed, {}
+        for record, update in owed.items():
+            self._submit(update, self._owing(record, update), resuming=True)
+
+    def _owing(self, record: CellRecord, update: Apply, done: Done | None = None) -> Done:
+        """`done`, after noting that `record`'s outcome is owed to the file if its write failed."""
+        def landed(error: StoreError | None) -> None:
+            if error is None:
+                self._owed.pop(record, None)
+            else:
+                self._owed[record] = update
+            if done is not None:
+                done(error)
+        return landed
 
     def output(self, cell: CellRecord, msg_type: str, content: Buffer) -> None:
         """Queue one iopub output of `cell` (its content JSON as sent, bytes or a received frame);
@@ -327,9 +339,9 @@ class Store(LoggingConfigurable):
                  cell.id),
             )
 
-        if self._direct(update, done, one_statement=True):
+        if self._write(update, self._owing(cell, update, done), one_statement=True):
+            self._owed.pop(cell, None)  # an earlier, failed commit of it is not owed any more
             return True
-        self._submit(update, done)
         return False
 
     def answered(self, cell: CellRecord, *, status: str, count: int | None, error: str, reply: dict[str, Any],
@@ -352,10 +364,7 @@ class Store(LoggingConfigurable):
             c.executemany("INSERT INTO outputs (cell_id, seq, msg_type, content) VALUES (?, ?, ?, ?)",
                           [(cell.id, seq, t, text) for seq, (t, text) in enumerate(texts, 1)])
 
-        if self._direct(insert, done):
-            return True
-        self._submit(insert, done)
-        return False
+        return self._write(insert, done)
 
     def kv_put(self, scope: str, key: str, value: str, done: Done) -> bool:
         """Keep `value` (JSON text) under `key` in `scope` (a notebook). True: committed now; else
@@ -364,10 +373,7 @@ class Store(LoggingConfigurable):
             c.execute("INSERT INTO kv (scope, key, value) VALUES (?, ?, ?)"
                       " ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value", (scope, key, value))
 
-        if self._direct(upsert, done):
-            return True
-        self._submit(upsert, done)
-        return False
+        return self._write(upsert, done)
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         """A durable event: generation starts and ends, interrupts, restarts, placement changes."""
@@ -393,17 +399,21 @@ class Store(LoggingConfigurable):
 
     # -- the writer --------------------------------------------------------------------------------
 
-    def _direct(self, apply: Apply, done: Done, *, one_statement: bool = False) -> bool:
-        """Commit `apply` now on the loop if the writer allows it (see `Writer.direct`): True when it
-        is durable now. A direct commit that failed pauses the store and reports to `done` later."""
-        if self._writer is None:
-            return False
-        ran, cause = self._writer.direct(apply, one_statement=one_statement)
-        if not ran:
-            return False
-        if cause is None:
-            return True
-        asyncio.get_running_loop().call_soon(self._report, cause, [done])
+    def _write(self, apply: Apply, done: Done, *, one_statement: bool = False, resuming: bool = False) -> bool:
+        """The one owner of a request-path write's outcome. True: committed now on the loop (see
+        `Writer.direct`), and `done` is never called. Otherwise `done` runs exactly once, later on
+        the loop: None once the writer thread committed it, or the error that rolled it back, which
+        pauses the store. A direct commit that failed is reported, never submitted again: the write
+        it would repeat was already answered as failed (a cell refused `SessionPaused` must not get
+        a `running` row behind its back)."""
+        if self._writer is not None:
+            ran, cause = self._writer.direct(apply, one_statement=one_statement)
+            if ran and cause is None:
+                return True
+            if ran:
+                asyncio.get_running_loop().call_soon(self._report, cause, [done])
+                return False
+        self._submit(apply, done, resuming=resuming)
         return False
 
     def _submit(self, apply: Apply, done: Done | None = None, *,

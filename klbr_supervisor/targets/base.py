@@ -1,7 +1,7 @@
 """A target: where one generation's worker runs, and the one seam between it and its generation.
 
 Every placement kind is a subclass in a module of its own (`local`, `python`, `kernelspec`,
-`provisioned`, `ssh`); `factory` picks the kind a parsed spec names. A `Generation` holds one
+`provisioned`, `ssh`, `docker`, `slurm`; the last three share `agent`); `factory` picks the kind a parsed spec names. A `Generation` holds one
 instance and uses nothing of it but what this class declares, so "how does X start" is this file,
 then X's module.
 
@@ -27,15 +27,21 @@ What a kind declares, read by the generation and the supervisor (never the spec'
 - `host_channel`: how the host channel (`klbr_supervisor.host`) reaches its worker: "environ", its
   endpoint and credentials in the worker's environment (an ipc path, which reaches it on this
   machine); "forwarded", the credentials handed to what starts it elsewhere, the endpoint a socket
-  forwarded back to this machine's (`ssh`); "tcp", the credentials and the TCP endpoint's CurveZMQ key
-  in its environment, named KERNEL_* so a provisioner forwards them (`provisioned`); or None: not
-  at all (the worker is told why);
+  forwarded back to this machine's (`ssh`); "mounted", the credentials handed to what starts it, the
+  endpoint this machine's socket, mounted at the same path (`docker`); "tcp", the credentials and
+  the TCP endpoint's CurveZMQ key in its environment (named KERNEL_* so a provisioner forwards them:
+  `provisioned`; or handed to what starts it: `slurm`); or None: not at all (the worker is told why);
 - `places_client`: its interpreter may have no klbr, so each generation gets the host client placed
   last on its worker's path (`client`; a klbr installed there wins);
 - `takes_klbr_options`: its worker is an ipykernel klbr starts, which gets the proxy's session id and
   klbr's own options before the user's (any other gets the user's only, after its own argv);
-- `limits_memory`: its worker is klbr's bootstrap, which sets `Supervisor.memory_limit` on itself
-  (RLIMIT_DATA, before ipykernel starts) from its environment;
+- `limits_memory`: `Supervisor.memory_limit` reaches its worker, in its environment: klbr's bootstrap
+  sets it on itself (RLIMIT_DATA, before ipykernel starts), or its engine enforces it (a container's
+  limit); `oom_killed` then says, at its end, whether the engine killed it for memory;
+- `drops_iopub`: its worker is not klbr's bootstrap, so its iopub keeps ipykernel's high-water mark
+  and may drop what it publishes while the proxy cannot read: its message numbers are counted for
+  what never came (`sequence`); `interrupts_by_message`: its interrupt is a control message a
+  manager sends on a socket of its own, so the worker answers where the generation does not read;
 - `check`: whether a generation can start there at all, asked before a session moves there;
   `checked_by_launch`: its launch says the same itself, so the first start does not check apart.
 """
@@ -72,6 +78,19 @@ MINIMAL_ENV = ("PATH", "HOME", "USER", "LOGNAME", "SHELL", "LANG", "LC_ALL", "LC
                "HTTPS_PROXY", "NO_PROXY")
 
 
+@dataclass(frozen=True)
+class Engines:
+    """The commands `docker://` and `slurm://` generations run, and what each adds to them."""
+
+    docker: list[str] = field(default_factory=lambda: ["docker"])
+    docker_options: list[str] = field(default_factory=list)
+    srun: list[str] = field(default_factory=lambda: ["srun"])
+    slurm_options: list[str] = field(default_factory=list)
+
+
+NO_ENGINES = Engines()  # their defaults: what a check is given when nothing configures them
+
+
 class CommonArgs(TypedDict):
     """The keywords every target is given, whatever else its kind takes by name."""
 
@@ -106,6 +125,7 @@ class Given:
     log: logging.Logger
     ssh: SshCommand = (["ssh"], [])
     link_timeout: float = 15.0
+    engines: Engines = field(default_factory=Engines)
     # The host client, for a worker that may have no klbr (`places_client`): a package's files by
     # their path below the directory that goes on its path (see `client`); none: nothing placed.
     client: Mapping[str, str] = field(default_factory=dict)
@@ -123,6 +143,8 @@ class Target(ABC):
     host_channel: ClassVar[str | None] = "environ"
     takes_klbr_options: ClassVar[bool] = False
     limits_memory: ClassVar[bool] = False
+    drops_iopub: ClassVar[bool] = True
+    oom_killed = False  # its worker's end came with an OOM kill its engine counted (not a guess)
     checked_by_launch: ClassVar[bool] = False
 
     def __init__(self, placement: Placement, *, session: Session, given: Given, worker_kernel: str = "",
@@ -147,8 +169,13 @@ class Target(ABC):
         """Whether its worker's interpreter may have no klbr (see `client`); none does here."""
         return False
 
+    @property
+    def interrupts_by_message(self) -> bool:
+        """Whether its interrupt is answered where the generation does not read (see the docstring)."""
+        return False
+
     @classmethod
-    async def check(cls, placement: Placement, ssh: SshCommand) -> None:
+    async def check(cls, placement: Placement, ssh: SshCommand, engines: Engines = NO_ENGINES) -> None:
         """Raise `PlacementError` saying what is missing there (the interpreter, ipykernel, the
         kernelspec, the host); `relocate` asks it before the current generation ends for it."""
 

@@ -4,8 +4,8 @@ The supervisor is handed the client as files (`Given.client`: a package's files 
 below the directory that goes on the worker's path; the kernel says what they hold and how a klbr
 installed there still wins) and places them, for each generation that `places_client`, in a
 directory of its own in the kernel's 0700 runtime directory, last on the worker's PYTHONPATH.
-The directory goes with its generation. An `ssh://` generation's agent does the same on the
-remote (`boot.ssh_agent`).
+The directory goes with its generation. The agent of an `ssh://`, `docker://` or `slurm://`
+generation does the same where its kernel runs (`boot.agent`).
 """
 
 from __future__ import annotations

@@ -2,8 +2,8 @@
 
 ``local`` and ``kernelspec:NAME`` run jupyter_client's manager here when the kernelspec (for
 ``local``, `Supervisor.worker_kernel`'s) names jupyter_client's own provisioner or none; any other
-provisioner is `provisioned` (a helper process per generation). ``python:`` and ``ssh://`` are their
-own. A spec that names no placement is `Nowhere`: its check says why, so every start fails saying it,
+provisioner is `provisioned` (a helper process per generation). ``python:``, ``ssh://``, ``docker://``
+and ``slurm://`` are their own. A spec that names no placement is `Nowhere`: its check says why, so every start fails saying it,
 never a silent fallback to ``local``.
 """
 
@@ -12,12 +12,14 @@ from __future__ import annotations
 from typing import Any, Unpack
 
 from ..boot.placement import Placement, PlacementError, parse
-from .base import GenerationArgs, LaunchError, OnExit, SshCommand, Target
+from .base import NO_ENGINES, Engines, GenerationArgs, LaunchError, OnExit, SshCommand, Target
+from .docker import DockerTarget
 from .kernelspec import KernelspecTarget
 from .local import LocalTarget
 from .managed import installed_spec
 from .provisioned import ProvisionedTarget
 from .python import PythonTarget
+from .slurm import SlurmTarget
 from .ssh import SshTarget
 
 # jupyter_client's own provisioner: its kernel is a local process, and none of its calls block.
@@ -28,7 +30,7 @@ class Nowhere(Target):
     """What a spec that names no placement runs on: nothing. Its check repeats why."""
 
     @classmethod
-    async def check(cls, placement: Placement, ssh: SshCommand) -> None:
+    async def check(cls, placement: Placement, ssh: SshCommand, engines: Engines = NO_ENGINES) -> None:
         parse(placement.spec)  # raises the PlacementError that made it nowhere
         message = f"{placement.spec!r} is no placement"
         raise PlacementError(message)
@@ -73,6 +75,10 @@ def kind_for(placement: Placement, worker_kernel: str = "") -> type[Target]:
         return PythonTarget
     if placement.kind == "ssh":
         return SshTarget
+    if placement.kind == "docker":
+        return DockerTarget
+    if placement.kind == "slurm":
+        return SlurmTarget
     if placement.kind not in ("local", "kernelspec"):
         return Nowhere
     spec = placement.target if placement.kind == "kernelspec" else worker_kernel
@@ -86,17 +92,17 @@ def target_for(placement: Placement, worker_kernel: str = "", **kwargs: Unpack[G
     return kind_for(placement, worker_kernel)(placement, worker_kernel=worker_kernel, **kwargs)
 
 
-async def check(placement: Placement, ssh: SshCommand, worker_kernel: str = "") -> None:
+async def check(placement: Placement, ssh: SshCommand, worker_kernel: str = "", engines: Engines = NO_ENGINES) -> None:
     """Whether a generation can start on `placement` at all; `PlacementError` says what is missing."""
-    await kind_for(placement, worker_kernel).check(placement, ssh)
+    await kind_for(placement, worker_kernel).check(placement, ssh, engines)
 
 
-async def problem(spec: object, ssh: SshCommand) -> str | None:
+async def problem(spec: object, ssh: SshCommand, engines: Engines = NO_ENGINES) -> str | None:
     """Why `spec` is no placement a generation can run on, or None (`host.relocate` asks)."""
     if not isinstance(spec, str):
         return "a placement spec is a string, as in python:/usr/bin/python3"
     try:
-        await check(parse(spec), ssh)
+        await check(parse(spec), ssh, engines=engines)
     except PlacementError as e:
         return str(e)
     return None

@@ -13,7 +13,7 @@ from typing import Unpack
 from jupyter_client.kernelspec import KernelSpecManager
 
 from ..boot.placement import Placement, PlacementError
-from .base import SshCommand, TargetArgs
+from .base import NO_ENGINES, Engines, SshCommand, TargetArgs
 from .managed import ManagedTarget
 
 
@@ -23,7 +23,7 @@ class KernelspecTarget(ManagedTarget):
         self.kernel_name = placement.target
 
     @classmethod
-    async def check(cls, placement: Placement, ssh: SshCommand) -> None:
+    async def check(cls, placement: Placement, ssh: SshCommand, engines: Engines = NO_ENGINES) -> None:
         """The kernelspec is installed (what it runs is its own business: its launch says)."""
         names = await asyncio.to_thread(KernelSpecManager().find_kernel_specs)
         if placement.target not in names:

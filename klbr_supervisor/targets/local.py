@@ -51,6 +51,11 @@ class LocalTarget(ManagedTarget):
         return spec is not None and any("ipykernel" in word for word in spec.argv)
 
     @property
+    def drops_iopub(self) -> bool:  # type: ignore[override]  # a ClassVar on Target, read per instance here
+        """klbr's own worker publishes without a mark; a kernelspec's command keeps ipykernel's."""
+        return not self.arms_itself
+
+    @property
     def limits_memory(self) -> bool:  # type: ignore[override]
         """klbr's own worker applies the limit itself; a kernelspec's command is not ours."""
         return self.arms_itself

@@ -114,6 +114,12 @@ class ManagedTarget(Target):
     def pid(self) -> int | None:
         return self._process.pid if self._process is not None else None
 
+    @property
+    def interrupts_by_message(self) -> bool:
+        """jupyter_client's manager sends a message-mode interrupt on a control socket of its own."""
+        return self._km is not None and self._km.kernel_spec is not None and \
+            self._km.kernel_spec.interrupt_mode == "message"
+
     async def interrupt(self) -> None:
         if self._km is not None:
             await self._km.interrupt_kernel()

@@ -2,28 +2,28 @@
 
 A local worker's, a provisioner helper's, an ``ssh://`` generation's ssh.
 
-The group is the reaper's to kill if the kernel dies however it dies; the exit is reported once, by
-the process's pidfd (exact: no polling, no guessing from a provisioner's `poll()`). What the
-process started goes with it: its group is SIGKILLed as soon as it exits, and again at `close`.
+The group is the reaper's to kill if the kernel dies however it dies; the exit is reported once, as
+the system sees it (`system.watch`: the process's pidfd, or a thread in its wait; exact either way:
+no polling, no guessing from a provisioner's `poll()`). What the process started goes with it: its
+group is SIGKILLed as soon as it exits, and again at `close`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import errno
 import os
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
-import threading
 from collections import deque
 from collections.abc import Callable
 from typing import IO
 
 from ..boot.reaper import Reaper
 from ..boot.worker import NOTICE
+from ..system import watch
 
 _NOTICE = NOTICE.encode()
 _noticed: set[bytes] = set()  # the bootstrap's lines this kernel has logged (see `boot.worker.NOTICE`)
@@ -57,19 +57,7 @@ class WorkerProcess:
         if pgid:
             reaper.watch(pgid)
         self.stderr = StderrTail(process.stderr) if process.stderr is not None else None
-        self._loop = asyncio.get_running_loop()
-        self._pidfd: int | None = None
-        try:
-            self._pidfd = os.pidfd_open(self.pid)
-        except OSError as e:
-            # Where the call is missing (Linux before 5.3, or an emulator: valgrind 3.19, which the
-            # proxy's instruction-count benchmark runs the kernel under, answers ENOSYS): a thread
-            # blocked in waitid, which leaves the exit for `poll()` to reap as a pidfd does.
-            if e.errno != errno.ENOSYS:
-                raise
-            threading.Thread(target=self._wait, name=f"exit of {self.pid}", daemon=True).start()
-        else:
-            self._loop.add_reader(self._pidfd, self._exited)
+        watch.child_exit(process, self._exited)
 
     def killpg(self, sig: int) -> None:
         try:
@@ -94,20 +82,7 @@ class WorkerProcess:
         # ipykernel's per-process cell files (used by the debugger)
         shutil.rmtree(os.path.join(tempfile.gettempdir(), f"ipykernel_{self.pid}"), ignore_errors=True)
 
-    def _wait(self) -> None:
-        try:
-            os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOWAIT)
-        except ChildProcessError:
-            pass  # reaped already: `poll()` has its return code
-        try:
-            self._loop.call_soon_threadsafe(self._exited)
-        except RuntimeError:
-            pass  # the loop is closed: the kernel is gone, and no one is left to tell
-
     def _exited(self) -> None:
-        if self._pidfd is not None:
-            self._loop.remove_reader(self._pidfd)
-            os.close(self._pidfd)
         returncode = self._process.poll()
         if returncode is None:  # cannot happen once it exited, but never report a live worker as ended
             returncode = self._process.wait()

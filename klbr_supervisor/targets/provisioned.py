@@ -30,12 +30,14 @@ import zmq
 
 from ..boot.placement import Placement
 from ..exits import describe_exit
-from .base import GenerationArgs, LaunchError, OnExit, SshCommand, Target
+from .base import NO_ENGINES, Engines, GenerationArgs, LaunchError, OnExit, SshCommand, Target
 from .kernelspec import KernelspecTarget
+from .managed import installed_spec
 from .pipes import LinePipe
 from .process import WorkerProcess
 
 FORWARDED = "KERNEL_"  # the prefix of what gateway_provisioners forward to a kernel's environment
+PROVISIONER_PREFIXES = ("GP_", "DOCKER_")  # what configures a provisioner and its engine's client
 if TYPE_CHECKING:
     from .provisioner_host import Start
 
@@ -66,13 +68,20 @@ class ProvisionedTarget(Target):
         self._pid: int | None = None  # the kernel's local process, if it has one
 
     @classmethod
-    async def check(cls, placement: Placement, ssh: SshCommand) -> None:
+    async def check(cls, placement: Placement, ssh: SshCommand, engines: Engines = NO_ENGINES) -> None:
         if placement.kind == "kernelspec":
-            await KernelspecTarget.check(placement, ssh)
+            await KernelspecTarget.check(placement, ssh, engines)
 
     @property
     def pid(self) -> int | None:
         return self._pid
+
+    def environ(self) -> dict[str, str]:
+        """The minimal environment, and what configures the provisioner itself: gateway_provisioners
+        reads its options from ``GP_*`` variables, Docker's client its engine from ``DOCKER_*``, a
+        Kubernetes client its cluster from ``KUBECONFIG``."""
+        return {**super().environ(), **{name: value for name, value in os.environ.items()
+                                        if name.startswith(PROVISIONER_PREFIXES) or name == "KUBECONFIG"}}
 
     def environment(self, host: dict[str, str]) -> dict[str, str]:
         """Its host channel on TCP with CurveZMQ, where a kernel its provisioner runs elsewhere may
@@ -114,6 +123,12 @@ class ProvisionedTarget(Target):
                         "extra_arguments": list(extra_arguments)}
         self._send(start=start)
         return await asyncio.shield(self._started)
+
+    @property
+    def interrupts_by_message(self) -> bool:
+        """Its helper's manager sends a message-mode interrupt on a control socket of its own."""
+        spec = installed_spec(self.kernel_name)
+        return spec is not None and spec.interrupt_mode == "message"
 
     async def interrupt(self) -> None:
         self._send(interrupt=1)

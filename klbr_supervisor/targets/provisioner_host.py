@@ -2,7 +2,7 @@
 
 A provisioner other than jupyter_client's local one may block its loop (gateway_provisioners'
 shutdown waits on a `Popen` for up to 30 s, its SSH path blocks on paramiko) or run the kernel where
-no pidfd reaches. `provisioned.ProvisionedWorker` starts this file as
+no exit of a local process can be watched. `provisioned.ProvisionedWorker` starts this file as
 ``python -m klbr_supervisor.targets.provisioner_host REPORT_FD``, one per generation, and speaks JSON lines:
 
 - in, on stdin: ``{"start": {...}}`` first (kernelspec name, the generation's fresh key, env, the
@@ -32,6 +32,8 @@ from typing import Any, NotRequired, Protocol, TypedDict
 from jupyter_client.manager import AsyncKernelManager
 from jupyter_client.session import Session
 
+from ..system import watch
+
 BOUND = 20.0  # seconds a provisioner call gets before the helper goes on without it
 
 
@@ -53,6 +55,8 @@ class LocalProcess(Protocol):
     pid: int
 
     def wait(self) -> int: ...
+
+    def poll(self) -> int | None: ...
 
 
 class Host:
@@ -94,21 +98,20 @@ class Host:
                 pgid = None  # in our own group: what the kernel's reaper must not take down with it
         self.say(started=info, pid=pid, pgid=pgid)
         if process is not None:
-            fd = os.pidfd_open(process.pid)
-            self._loop.add_reader(fd, self._kernel_exited, process, fd)
+            watch.child_exit(process, lambda: self._kernel_exited(process))
 
     def _local_process(self, km: AsyncKernelManager) -> LocalProcess | None:
-        """The kernel's process on this machine, when its provisioner keeps one (a `Popen`)."""
+        """The kernel's process on this machine, when its provisioner keeps one (a `Popen`). One that
+        has ended before the kernel answered was only its launcher (gateway_provisioners' Docker and
+        Kubernetes launchers start a container or a pod and exit): its exit says nothing of the kernel."""
         provisioner = km.provisioner
         for name in ("process", "local_proc"):
             process: LocalProcess | None = getattr(provisioner, name, None)
             if process is not None and hasattr(process, "pid"):
-                return process
+                return process if process.poll() is None else None
         return None
 
-    def _kernel_exited(self, process: LocalProcess, fd: int) -> None:
-        self._loop.remove_reader(fd)
-        os.close(fd)
+    def _kernel_exited(self, process: LocalProcess) -> None:
         self._exited = True
         self.say(exited=process.wait())
         self.now.set()

@@ -15,7 +15,7 @@ from jupyter_client.kernelspec import KernelSpec
 
 from ..boot.placement import Placement, PlacementError
 from ..boot.worker import BOOTSTRAP
-from .base import SshCommand, TargetArgs
+from .base import NO_ENGINES, Engines, SshCommand, TargetArgs
 from .managed import ManagedTarget
 
 # A `python:PATH` placement's kernelspec name: PYTHON_AT + PATH.
@@ -30,6 +30,7 @@ class PythonTarget(ManagedTarget):
     asks_identity = False
     takes_klbr_options = True
     limits_memory = True
+    drops_iopub = False  # klbr's bootstrap: its iopub has no mark
 
     def __init__(self, placement: Placement, **kwargs: Unpack[TargetArgs]):
         super().__init__(placement, **kwargs)
@@ -46,7 +47,7 @@ class PythonTarget(ManagedTarget):
             metadata={"debugger": True})
 
     @classmethod
-    async def check(cls, placement: Placement, ssh: SshCommand) -> None:
+    async def check(cls, placement: Placement, ssh: SshCommand, engines: Engines = NO_ENGINES) -> None:
         """The interpreter exists, runs, and has ipykernel (asked of it: `find_spec`, nothing run)."""
         path = placement.python
         if not os.path.exists(path):

@@ -4,13 +4,13 @@
  * words of the notice. The protocol is docs/comm-protocol.md.
  */
 
+import type { IBaseOutput } from '@jupyterlab/nbformat';
+import type { JSONObject } from '@lumino/coreutils';
+
 export const PROTOCOL = 1;
 
 /** An output in nbformat's shape (what the cell log renders, and what a cell model holds). */
-export interface IOutputJSON {
-  output_type: string;
-  [key: string]: unknown;
-}
+export type IOutputJSON = IBaseOutput;
 
 /** A recorded cell, as the kernel sends it (one part of it per chunk). */
 export interface IRecord {
@@ -280,7 +280,7 @@ export function matchByCode(page: IPageCell[], records: IRecord[], taken: Set<st
 }
 
 /** What a followed cell's pushed output does to it: an output to add, a clear, or nothing. */
-export function pushedOutput(msgType: string, content: Record<string, unknown>): IOutputJSON | { clear: boolean } | null {
+export function pushedOutput(msgType: string, content: JSONObject): IOutputJSON | { clear: boolean } | null {
   switch (msgType) {
     case 'stream':
     case 'display_data':

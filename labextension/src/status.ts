@@ -7,8 +7,9 @@ import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
 import { INotebookTracker } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
-import { IKernelState, KlbrConnection } from './connection';
+import { KlbrConnection } from './connection';
 import { memoryText } from './logic';
+import { IKernelState } from './messages';
 
 export function stateText(state: IKernelState): string {
   const recording = state.recording === 'recording' ? 'recording' : state.recording === 'paused' ? 'PAUSED' : 'not recording';
@@ -82,10 +83,10 @@ export class KlbrStatus extends Widget {
       }
     } else if (result.button.label === restart.label) {
       try {
-        const answer = await connection.request('restart');
-        Notification.info(`klbr: ${String(answer.text)}`, { autoClose: 5000 });
+        const { text } = await connection.request('restart');
+        Notification.info(`klbr: ${typeof text === 'string' ? text : JSON.stringify(text)}`, { autoClose: 5000 });
       } catch (error) {
-        Notification.error(`klbr: the restart failed: ${(error as Error).message}`);
+        Notification.error(`klbr: the restart failed: ${error instanceof Error ? error.message : String(error)}`);
       }
     }
   }

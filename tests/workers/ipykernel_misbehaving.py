@@ -5,7 +5,9 @@
 The kernel runs cells normally; the cell `misbehave()` triggers BEHAVIOUR (for "complete", the first
 complete_request does, once per MARKER file; for "drops-is-complete", every is_complete_request does:
 ipykernel logs the handler's exception and never replies; for "drops-idle", every is_complete_request
-is replied to and its idle never published, as by a worker whose iopub lost it). ("exit-after-reply" also does so
+is replied to and its idle never published, as by a worker whose iopub lost it; for "small-iopub-queue", the
+cell runs normally, on a worker whose iopub queue holds 20 messages: past it, while no one reads, it
+drops what it publishes, as any ipykernel does past its 1000). ("exit-after-reply" also does so
 after replying to a complete_request for the code `misbehave`.) Each behaviour is a way real workers die,
 hang or fail. "noisy" prints to stderr as it starts, about no request at all.
 "late-stdin" misbehaves at start-up instead: its stdin is bound once, half a second after the kernel
@@ -119,8 +121,26 @@ class MisbehavingKernel(IPythonKernel):
         return super().do_complete(code, cursor_pos)
 
 
+class _SmallQueues:
+    """A context whose PUB and XPUB sockets queue 20 messages for a subscriber (set before the bind)."""
+
+    def __init__(self, context):
+        self._context = context
+
+    def socket(self, socket_type, *args, **kwargs):
+        sock = self._context.socket(socket_type, *args, **kwargs)
+        if socket_type in (zmq.PUB, zmq.XPUB):
+            sock.setsockopt(zmq.SNDHWM, 20)
+        return sock
+
+    def __getattr__(self, name):
+        return getattr(self._context, name)
+
+
 class MisbehavingApp(IPKernelApp):
     def init_iopub(self, context):
+        if BEHAVIOUR == "small-iopub-queue":
+            context = _SmallQueues(context)
         if BEHAVIOUR == "output-then-die":
             context = self.iopub_context = zmq.Context()  # its own, to be destroyed alone
             # Lossless toward the proxy, as klbr's own workers are (`boot.bootstrap` lifts iopub's

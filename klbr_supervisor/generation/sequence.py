@@ -1,0 +1,83 @@
+"""The numbers in a worker's message ids, and what it sent that never came.
+
+jupyter_client's `Session` ids each message it makes ``<session>_<pid>_<n>``, counting on every
+channel. A worker klbr does not start itself (a kernelspec's, a provisioner's) keeps ipykernel's
+iopub high-water mark: while the proxy cannot read (its process starved or stopped), such a worker
+drops what it publishes past 1000 waiting messages, silently. Everything it sends on its other
+channels reaches the proxy, so a number that never came, among those below the idle that ends a
+request, is a message its iopub dropped: outputs, most likely (a status too: then the proxy's nets
+close the bracket). klbr's own workers publish without the mark and are not counted (see
+`klbr_supervisor.boot.worker`).
+
+Two kinds of number are not drops: a reply still on its way when the idle came (the caller says how
+many requests still await theirs, and at most that many are excused), and a reply the worker sends
+where klbr does not read (a message-mode interrupt's, to jupyter_client's manager: `elsewhere`).
+Messages from another `Session` of the worker (another id before the pid) are not counted. No I/O.
+"""
+
+from __future__ import annotations
+
+# Out-of-order numbers held above the last unbroken one before the oldest gap below them is taken
+# for a drop: messages on different sockets, or made by one thread and sent by another, arrive a
+# few places apart, never thousands.
+_HELD = 4096
+
+
+class Sequence:
+    def __init__(self) -> None:
+        self._prefix: str | None = None  # "<session>_<pid>" of the worker's first message
+        self._upto = -1  # every number up to here came, or was counted
+        self._held: set[int] = set()  # numbers that came above `_upto`
+        self._lost = 0  # numbers counted as dropped, not yet told
+        self._elsewhere = 0  # replies the worker sends where klbr does not read, not yet met
+
+    def note(self, msg_id: str) -> None:
+        """A message of the worker's came (on any channel)."""
+        number = self._number(msg_id)
+        if number is None or number <= self._upto:
+            return
+        self._held.add(number)
+        self._advance()
+        while len(self._held) > _HELD:  # the oldest gap is no reordering: count it, go on past it
+            lowest = min(self._held)
+            self._lost += lowest - self._upto - 1
+            self._upto = lowest - 1
+            self._advance()
+
+    def elsewhere(self) -> None:
+        """The worker will answer something where klbr does not read (a message-mode interrupt)."""
+        self._elsewhere += 1
+
+    def dropped_before(self, msg_id: str | None, awaited: int) -> int:
+        """How many messages the worker made before `msg_id` (the idle that ends a request, which
+        came; None: the newest that came, when that idle never did) never came; `awaited`: replies
+        to other requests that may still be on their way. Counted once: the next call counts from
+        there on."""
+        number = self._number(msg_id) if msg_id is not None else max(self._held, default=None)
+        missing = 0
+        if number is not None and number > self._upto:
+            missing = number - self._upto - 1 - sum(1 for n in self._held if n < number)
+            self._held = {n for n in self._held if n > number}
+            self._upto = number
+            self._advance()
+        answered = min(missing, self._elsewhere)
+        self._elsewhere -= answered
+        lost, self._lost = self._lost + max(0, missing - answered - awaited), 0
+        return lost
+
+    def _advance(self) -> None:
+        """`_upto` past the numbers held right above it."""
+        held = self._held
+        while self._upto + 1 in held:
+            self._upto += 1
+            held.discard(self._upto)
+
+    def _number(self, msg_id: str) -> int | None:
+        """The count in `msg_id`, when it is the worker's main session's (the first one seen)."""
+        prefix, _, digits = msg_id.rpartition("_")
+        if not digits.isdigit() or "_" not in prefix:
+            return None
+        if self._prefix is None:
+            self._prefix = prefix
+            self._upto = int(digits) - 1  # what it made before klbr listened is not counted
+        return int(digits) if prefix == self._prefix else None

@@ -1,0 +1,52 @@
+"""What a worker sent that never came, from the numbers jupyter_client puts in its message ids
+(`klbr_supervisor.generation.sequence`), with no kernel: messages that arrive out of order are no drop, a reply
+still on its way or answered elsewhere is excused, a run of missing numbers is counted once."""
+
+from __future__ import annotations
+
+from klbr_supervisor.generation.sequence import Sequence
+
+
+def _id(n: int, session: str = "6f1c9a2e-41d3c0b7e5a94d2f8e61b0aa") -> str:
+    return f"{session}_4242_{n}"
+
+
+def _came(sequence: Sequence, *numbers: int) -> None:
+    for n in numbers:
+        sequence.note(_id(n))
+
+
+def test_out_of_order_is_no_drop_and_a_gap_is_counted_once():
+    sequence = Sequence()
+    _came(sequence, 3, 4, 6, 5, 8, 7)  # what it made before klbr listened (0-2) is not counted
+    assert sequence.dropped_before(_id(9), awaited=0) == 0
+    _came(sequence, 10, 11, 20, 21)
+    assert sequence.dropped_before(_id(22), awaited=0) == 8  # 12 to 19
+    assert sequence.dropped_before(_id(23), awaited=0) == 0
+
+
+def test_a_reply_on_its_way_or_answered_elsewhere_is_excused():
+    sequence = Sequence()
+    _came(sequence, 0, 1, 3)
+    assert sequence.dropped_before(_id(4), awaited=1) == 0  # 2: a reply that has not come yet
+    _came(sequence, 2)  # and then it does: nothing more to count
+    sequence.elsewhere()  # an interrupt's answer goes to jupyter_client's manager
+    _came(sequence, 5, 7)
+    assert sequence.dropped_before(_id(8), awaited=0) == 0  # 6 was that answer
+    _came(sequence, 9)
+    assert sequence.dropped_before(_id(11), awaited=0) == 1  # 10: nothing excuses it
+
+
+def test_another_session_of_the_worker_and_ids_of_no_session_are_not_counted():
+    sequence = Sequence()
+    _came(sequence, 0, 1)
+    sequence.note(_id(7, session="another"))
+    sequence.note("a-uuid-with-no-count")
+    assert sequence.dropped_before(_id(2), awaited=0) == 0
+
+
+def test_a_gap_far_behind_is_counted_and_what_follows_is_not_held():
+    sequence = Sequence()
+    _came(sequence, 0, *range(100, 10_000))
+    assert sequence.dropped_before(None, awaited=0) == 99  # the idle never came: up to the newest
+    assert sequence.dropped_before(_id(10_000), awaited=0) == 0
