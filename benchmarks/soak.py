@@ -33,7 +33,7 @@ from utils import start_kernel, status_table, until
 MARKER = "klbr-soak: sleeping"
 # A sleep beside threads that keep the GIL busy: an interrupt that lands on the main thread just
 # before its sleep begins (the GIL's hand-over holds that moment open), or on one of these threads,
-# used to leave the sleep running (see klbr_supervisor/boot/worker.py).
+# used to leave the sleep running (see klbr_supervisor/boot/bootstrap.py, `interrupts_land`).
 BUSY_SLEEP = f"""\
 import threading, time
 stop = threading.Event()

@@ -1,8 +1,9 @@
 """Interrupts that land: a klbr worker's SIGINT ends what its main thread waits in, once, whatever
 thread the kernel hands the signal to and whenever it comes, on the newest ipykernel (`local`) and the
 oldest admitted (`python:`), and the handlers a cell installs see what they installed
-(klbr_supervisor/boot/worker.py). Under load, with busy threads: the soak (tests/test_soak.py); the
-moment a signal comes just before a sleep begins, measured: benchmarks/interrupts.py.
+(`interrupts_land` in klbr_supervisor/boot/bootstrap.py). Under load, with busy threads: the soak
+(tests/test_soak.py); the moment a signal comes just before a sleep begins, measured:
+benchmarks/interrupts.py.
 """
 
 from __future__ import annotations
