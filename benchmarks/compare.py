@@ -167,8 +167,9 @@ def main() -> None:
     ap.add_argument("--footprint-rounds", type=int, default=3, help="rounds of the memory table (footprint.py)")
     ap.add_argument("--engines-only", action="store_true", help="only the docker:// and slurm:// rows")
     args = ap.parse_args()
-    # A cell log of the run's own (unless KLBR_DB names one): the user's may be one this klbr cannot
-    # open (a newer schema: klbr then runs unrecorded, and every figure would be a store-less kernel's).
+    # klbr records every cell, as it does for a user, but into a file of the run's own: never the
+    # user's cell log (one another klbr has migrated would leave the bench's kernels unrecorded, and
+    # faster than they are).
     os.environ.setdefault("KLBR_DB", os.path.join(tempfile.mkdtemp(prefix="klbr-bench-log-"), "klbr.sqlite3"))
     with ExitStack() as stack:
         sshd = Sshd(Path(tempfile.mkdtemp(prefix="klbr-bench-sshd-")))
