@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any
 
 from klbr_supervisor.messages.protocol import as_bytes
 from klbr_supervisor.messages.wire import loads
-from klbr_supervisor.store import CellRecord, Store, StoreError, queries
+from klbr_supervisor.store import CellRecord, Store, StoreError, lineage, queries
 
 from ..requests.outcomes import cell_status
 from ..requests.request import Request
@@ -145,6 +145,24 @@ class CellLog:
         assert session_id is not None
         sessions = queries.notebook_sessions(reader, session_id, notebook) if previous_sessions else [session_id]
         return queries.latest_by_frontend_cell(reader, sessions)
+
+    def generations(self) -> list[sqlite3.Row]:
+        """This session's generations that served, oldest first (`lineage.generations`)."""
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return lineage.generations(self._store.reader(), session_id)
+
+    def generation_cells(self, number: int) -> list[sqlite3.Row]:
+        """The cells generation `number` of this session ran, in the order they ran (`lineage`)."""
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return lineage.generation_cells(self._store.reader(), session_id, number)
+
+    def ended_by_request(self, number: int) -> bool:
+        """Whether a cell of generation `number` asked for its end (`host.restart`, `host.relocate`)."""
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return lineage.ended_by_request(self._store.reader(), session_id, number)
 
     async def settled(self) -> None:
         """Return once every write submitted so far is committed (what was sent is also readable)."""

@@ -45,6 +45,7 @@ from ..cell_log.recording import CellLog
 from ..comm.comms import KlbrComms
 from ..frontend.sockets import Frontend
 from ..frontend.standin import MAX_MESSAGE_SIZE
+from ..magics.rebuild import Rebuild
 from ..magics.replay import Replay
 from ..requests.counts import ExecutionCounts
 from ..requests.current import Current
@@ -111,7 +112,8 @@ class Proxy:
         self.stdin = stdin = StdinRelay(frontend, supervisor, session,
                                         lambda req, text: own.output(req, "stream", {"name": "stderr", "text": text}))
         replay = Replay(frontend, cell_log, queue, supervisor.notebook, own.output)
-        self.magic_cells = magic_cells = MagicCells(own, replay, supervisor, cell_log, frontend)
+        rebuild = Rebuild(cell_log, supervisor, own.output)
+        self.magic_cells = magic_cells = MagicCells(own, replay, rebuild, supervisor, cell_log, frontend)
         self.lifecycle = lifecycle = Lifecycle(self, life=life, supervisor=supervisor, queue=queue, current=current,
                                                own=own, brackets=brackets, frontend=frontend)
         self.delivery = delivery = Delivery(self, current=current, queue=queue, supervisor=supervisor,
