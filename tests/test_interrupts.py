@@ -9,6 +9,7 @@ benchmarks/interrupts.py.
 from __future__ import annotations
 
 import ctypes
+import re
 import signal
 
 import pytest
@@ -43,6 +44,23 @@ def test_a_sigint_the_kernel_hands_to_another_thread_still_ends_the_sleep_once(t
         assert reply["content"]["status"] == "ok", reply["content"]
         assert stream_text(outputs).endswith("interrupted\n") and results(outputs) == ["'slept on'"]
         assert worker_pid(kc) == pid and value(kc, "kept") == 42
+
+
+@pytest.mark.parametrize("where", ["local", "python"])
+def test_an_interrupted_cells_traceback_ends_at_its_own_line_as_under_ipykernel(tmp_path, other_python, where):
+    """The KeyboardInterrupt is raised by ipykernel's handler inside klbr's wrapper of it: the
+    traceback the notebook shows (and the reply carries) has the cell's line last, no frame of klbr's
+    (nbclient's own suite compares it with plain ipykernel's)."""
+    with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        _placed(kc, where, other_python)
+        msg_id = kc.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(600)")
+        wait_for_stream(kc, msg_id)
+        km.interrupt_kernel()
+        reply, outputs = collect(kc, msg_id, timeout=60)
+        plain = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in reply["content"]["traceback"]]
+        assert plain[-2].rstrip().endswith("----> 3 time.sleep(600)") and plain[-1] == "KeyboardInterrupt: ", plain
+        (shown,) = [m["content"] for m in outputs if m["msg_type"] == "error"]
+        assert shown["traceback"] == reply["content"]["traceback"]
 
 
 @pytest.mark.parametrize("where", ["local", "python"])

@@ -352,6 +352,16 @@ def _given(handler: Any) -> Any:
     return handler.handler if isinstance(handler, _Landing) else handler
 
 
+def _without_landing(tb: Any) -> None:
+    """A traceback that ends in `_Landing.__call__` (the KeyboardInterrupt ipykernel's handler raised
+    in it) ends one frame earlier, where the signal came: the cell's own line, as under ipykernel."""
+    before = None
+    while tb is not None and tb.tb_next is not None:
+        before, tb = tb, tb.tb_next
+    if before is not None and tb.tb_frame.f_code is _Landing.__call__.__code__:
+        before.tb_next = None
+
+
 def _install(signalnum: int, handler: Any) -> Any:
     """`signal.signal`, SIGINT's handlers installed wrapped, each given back as it was given."""
     if signalnum != signal.SIGINT:
@@ -389,9 +399,22 @@ def interrupts_land() -> None:
     as under ipykernel. A handler that returns is followed by a wake of the running asyncio loop:
     ipykernel cancels an awaiting cell from its SIGINT handler with the loop's plain `call_soon`,
     and the loop, waiting in epoll, slept on to its timeout (`await asyncio.sleep(60)` ran to its
-    end, and was killed). Must run before ipykernel is imported (`kernelbase` binds `signal.signal`)."""
+    end, and was killed). The wrapper's own frame is taken out of what IPython shows of the
+    KeyboardInterrupt it raised. Must run before ipykernel is imported (`kernelbase` binds
+    `signal.signal`)."""
     signal.signal = _install
     signal.getsignal = lambda signalnum: _given(_getsignal(signalnum))
+    # What IPython shows of an exception (and keeps as sys.last_traceback, and ipykernel replies
+    # with) passes through `_get_exc_info` (IPython 8 and 9): the wrapper's frame goes there.
+    shell: Any = getattr(_ipykernel("IPython.core.interactiveshell"), "InteractiveShell", None)
+    get_exc_info = getattr(shell, "_get_exc_info", None)
+    if callable(get_exc_info):
+        def _get_exc_info(self: Any, exc_tuple: Any = None) -> Any:
+            found = get_exc_info(self, exc_tuple)
+            _without_landing(found[2])
+            return found
+
+        shell._get_exc_info = _get_exc_info
 
 
 def main() -> None:
