@@ -4,13 +4,17 @@ the order they ran and with the code as it ran; shown first (`--plan`), run agai
 from __future__ import annotations
 
 import os
+import re
 import signal
+import sqlite3
+from contextlib import closing
+from pathlib import Path
 
 import pytest
 
 from klbr_kernel.magics.parse import MagicError, RebuildSpec, line_magics, rebuild_spec
 from klbr_kernel.magics.plan import NO_REBUILD, duration, previous_generation
-from utils import execute, process_gone, start_kernel, status_row, stream_text, until
+from utils import collect, execute, process_gone, results, start_kernel, status_row, stream_text, until, value
 
 # The cells of the issue: three that build the namespace, one marked, one that raises.
 BUILT = ["a = 1", "b = a + 1", "a = a * 10", "c = 3\n# klbr: no-rebuild (it would mail someone)",
@@ -92,3 +96,129 @@ def test_there_is_no_plan_without_an_earlier_generation_nor_for_the_current_one(
         assert "is the current one" in reply["content"]["evalue"]
         reply, _ = execute(kc, "%klbr rebuild --plan --generation 99")
         assert "no generation 99" in reply["content"]["evalue"]
+
+
+# -- running the plan -------------------------------------------------------------------------------
+
+def rebuild(kc, flags: str = "", timeout: float = 60) -> tuple[dict, str]:
+    """`%klbr rebuild FLAGS`: its reply's content and what it printed."""
+    reply, outputs = execute(kc, f"%klbr rebuild {flags}".strip(), timeout=timeout)
+    return reply["content"], stream_text(outputs)
+
+
+def progress(text: str) -> list[tuple[str, str, str]]:
+    """The rebuild's progress lines: each cell's position, `In[n]` and how it ended."""
+    found = []
+    for line in text.splitlines():
+        words = line.split()
+        if len(words) > 3 and words[0].startswith("[") and "…" in words:
+            found.append((words[0], words[1], words[words.index("…") + 1]))
+    return found
+
+
+def log_rows(db: Path, query: str, *args) -> list[tuple]:
+    with closing(sqlite3.connect(db)) as conn:
+        return conn.execute(query, args).fetchall()
+
+
+def test_a_rebuild_brings_the_namespace_back_without_the_skipped_cell(tmp_path):
+    db = tmp_path / "log.sqlite3"
+    with start_kernel(env={"KLBR_DB": str(db)}) as (km, kc):
+        run_cells(kc, BUILT)
+        generation = lose_the_worker(kc)
+        content, text = rebuild(kc)
+        assert content["status"] == "ok", content
+        assert progress(text) == [("[1/3]", "In[1]", "ok"), ("[2/3]", "In[2]", "ok"), ("[3/3]", "In[3]", "ok")], text
+        assert "skipped: marked `# klbr: no-rebuild`" in text
+        assert value(kc, "(a, b)") == (10, 2)
+        reply, _ = execute(kc, "c")
+        assert reply["content"]["ename"] == "NameError"  # the marked cell did not run
+        # The rebuilt cells are cells of their own in the log, each linked to the one it repeats, in the
+        # new generation, with no In[n]; the notebook's counts went on as they were.
+        rows = log_rows(db, "SELECT r.generation, r.execution_count, r.status, r.code, o.execution_count FROM cells r"
+                            " JOIN cells o ON o.id = r.rebuild_of ORDER BY r.id")
+        assert rows == [(generation, None, "ok", code, n) for n, code in enumerate(BUILT[:3], 1)]
+        assert reply["content"]["execution_count"] == content["execution_count"] + 2
+
+
+def test_a_rebuilt_cells_outputs_go_to_the_log_not_the_notebook(tmp_path):
+    with start_kernel() as (km, kc):
+        execute(kc, "print('built', 6 * 7)\nx = 42\nx")
+        lose_the_worker(kc)
+        reply, outputs = execute(kc, "%klbr rebuild")
+        assert reply["content"]["status"] == "ok"
+        assert "built 42" not in stream_text(outputs) and not results(outputs)
+        cell = re.search(r"ok \S+ \S+ \(cell (\d+)\)", stream_text(outputs)).group(1)
+        _, replayed = execute(kc, f"%klbr replay {cell}")
+        shown = [m["content"]["data"]["text/plain"] for m in replayed if m["msg_type"] == "display_data"]
+        assert "built 42" in stream_text(replayed) and shown == ["42"]
+
+
+def test_a_cell_that_fails_again_stops_the_rebuild_and_names_itself(tmp_path):
+    data = tmp_path / "data.txt"
+    data.write_text("saved")
+    with start_kernel() as (km, kc):
+        run_cells(kc, ["a = 1", f"text = open({str(data)!r}).read()", "b = a + 1"])
+        data.unlink()
+        lose_the_worker(kc)
+        content, text = rebuild(kc)
+        assert content["status"] == "error" and content["ename"] == "RebuildFailed", content
+        assert progress(text) == [("[1/3]", "In[1]", "ok"), ("[2/3]", "In[2]", "error")]
+        assert "FileNotFoundError" in text  # the failing cell's own error, shown
+        assert "stopped at [2/3] In[2]" in content["evalue"]
+        assert "Rebuilt: In[1]. Not rebuilt: In[2], In[3]." in content["evalue"]
+        assert value(kc, "a") == 1
+        reply, _ = execute(kc, "b")
+        assert reply["content"]["ename"] == "NameError"  # the cell after it did not run
+
+
+def test_a_rebuild_after_a_move_runs_on_the_new_placement(tmp_path, other_python):
+    with start_kernel() as (km, kc):
+        run_cells(kc, ["a = 1", "b = a + 1", "a = a * 10"])
+        reply, _ = execute(kc, f"%klbr placement python:{other_python}", timeout=60)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        content, text = rebuild(kc)
+        assert content["status"] == "ok" and len(progress(text)) == 3, text
+        assert value(kc, "(a, b, __import__('sys').executable)") == (10, 2, str(other_python))
+
+
+def test_deadlines_and_interrupts_apply_to_each_rebuilt_cell(tmp_path):
+    pause = tmp_path / "pause"
+    pause.write_text("0")
+    sleepy = f"import time\ntime.sleep(float(open({str(pause)!r}).read()))\nslept = True"
+    db = tmp_path / "log.sqlite3"
+    with start_kernel(env={"KLBR_DB": str(db)}) as (km, kc):
+        run_cells(kc, ["a = 1", sleepy, "b = 2"])
+        pause.write_text("60")
+        lose_the_worker(kc)
+        # An interrupt stops it inside a cell, as any cell: KeyboardInterrupt, the rest not run.
+        msg_id = kc.execute("%klbr rebuild")
+        until(lambda: log_rows(db, "SELECT 1 FROM cells WHERE rebuild_of IS NOT NULL AND status = 'running'"),
+              30, "the sleeping cell runs again")
+        km.interrupt_kernel()
+        reply, outputs = collect(kc, msg_id)
+        assert reply["content"]["ename"] == "RebuildFailed", reply["content"]
+        assert progress(stream_text(outputs)) == [("[1/3]", "In[1]", "ok"), ("[2/3]", "In[2]", "interrupted")]
+        assert "KeyboardInterrupt" in reply["content"]["evalue"]
+        # A deadline too: the cell is interrupted at it, and the namespace kept.
+        execute(kc, "%klbr timeout 1")
+        content, text = rebuild(kc, "--generation 1")
+        assert progress(text)[-1] == ("[2/3]", "In[2]", "timeout") and "CellTimeout" in content["evalue"], text
+        assert value(kc, "a") == 1
+
+
+def test_the_poison_rule_holds_for_rebuilt_cells(tmp_path):
+    switch = tmp_path / "switch"
+    switch.write_text("live")
+    killer = f"import os\nif open({str(switch)!r}).read() == 'die':\n    os.kill(os.getpid(), 9)"
+    with start_kernel(extra_arguments=["--Supervisor.poison_after=1"]) as (km, kc):
+        run_cells(kc, [killer, "a = 1"])
+        switch.write_text("die")
+        lose_the_worker(kc)
+        content, text = rebuild(kc, "--generation 1")
+        assert progress(text) == [("[1/2]", "In[1]", "lost")] and "WorkerLost" in content["evalue"], text
+        # The same code killed its worker (poison_after times in a row): a rebuild does not run it again.
+        content, text = rebuild(kc, "--generation 1")
+        assert "stopped at [1/2] In[1] (not run): PoisonedCell" in content["evalue"], content
+        assert progress(text) == []
+

@@ -25,6 +25,8 @@ from ..requests.request import Request
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # bytes, or a zmq.Frame as received (collections.abc's from 3.12)
 
+    from klbr_supervisor.generation import Generation
+
 # iopub messages that are a cell's outputs (what an exported notebook shows).
 OUTPUT_TYPES = frozenset({"stream", "display_data", "update_display_data", "execute_result", "error", "clear_output"})
 
@@ -208,6 +210,23 @@ class CellLog:
         status = cell_status(content, own=execute.outcome, interrupted=execute.interrupted)
         return self._store.cell_finished(execute.record, status=status, count=content.get("execution_count"),
                                          error=_error_text(content), reply=content, generation=generation, done=then,
+                                         memory_peak=memory.cell_ended() if memory is not None else None)
+
+    def rebuilt_started(self, record: CellRecord, then: Then) -> bool:
+        """A cell `%klbr rebuild` runs again (`record.rebuild_of`), `running` before its worker sees it
+        (semantics 3), as `start` writes a frontend's."""
+        return self._store.cell_started(record, then)
+
+    def rebuilt_output(self, record: CellRecord, msg_type: str, content: Buffer) -> None:
+        """An output of a rebuilt cell: kept in the log, as `output` keeps a cell's."""
+        self._store.output(record, msg_type, content)
+
+    def rebuilt_finished(self, record: CellRecord, content: dict[str, Any], status: str, generation: Generation,
+                         then: Then) -> bool:
+        """A rebuilt cell's outcome (`status`, decided by the rebuild), `content` its reply."""
+        memory = generation.memory
+        return self._store.cell_finished(record, status=status, count=None, error=_error_text(content), reply=content,
+                                         generation=generation.number, done=then,
                                          memory_peak=memory.cell_ended() if memory is not None else None)
 
     def answered(self, req: Request, content: dict[str, Any], then: Then,

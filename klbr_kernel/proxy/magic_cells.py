@@ -13,7 +13,7 @@ from ..cell_log.recording import CellLog
 from ..frontend.sockets import Frontend
 from ..magics.commands import magic_output
 from ..magics.parse import rebuild_spec, replay_spec
-from ..magics.rebuild import Rebuild
+from ..magics.rebuild import Rebuild, RebuildStopped
 from ..magics.replay import Replay
 from ..requests.outcomes import CellError
 from ..requests.request import Phase, Request
@@ -51,5 +51,7 @@ class MagicCells:
                         self._own.output(req, "stream", {"name": "stdout", "text": text})
             except ValueError as e:  # MagicError, and a bad argument
                 error = CellError("UsageError", str(e))
+            except RebuildStopped as e:  # a cell of the plan did not end ok
+                error = e.error
         if req.phase is Phase.PROXY:  # not answered meanwhile (a shutdown)
             self._own.here(req, error=error)

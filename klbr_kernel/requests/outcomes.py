@@ -30,6 +30,7 @@ ERRORS: dict[str, tuple[str, frozenset[EndReason]]] = {
     "CrashLoop": ("refused", frozenset()),
     "SessionPaused": ("refused", frozenset()),
     "InternalError": ("error", frozenset()),
+    "RebuildFailed": ("error", frozenset()),
 }
 _ENAME_BY_REASON = {reason: ename for ename, (_, reasons) in ERRORS.items() for reason in reasons}
 
@@ -147,6 +148,11 @@ def timeout_error(count: int | None, seconds: float | None, *, killed: bool, gen
         f"{generation} (pid {pid}) was ended: {how}. Its namespace is gone and nothing was re-run; "
         "the next cell runs in a new generation.",
     )
+
+
+def rebuild_failed(text: str) -> CellError:
+    """A `%klbr rebuild` that stopped before its last cell; `text` names the cell and what was rebuilt."""
+    return _error("RebuildFailed", text)
 
 
 def session_paused_error(error: StoreError) -> CellError:
