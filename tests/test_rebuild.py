@@ -193,7 +193,8 @@ def test_deadlines_and_interrupts_apply_to_each_rebuilt_cell(tmp_path):
         lose_the_worker(kc)
         # An interrupt stops it inside a cell, as any cell: KeyboardInterrupt, the rest not run.
         msg_id = kc.execute("%klbr rebuild")
-        until(lambda: log_rows(db, "SELECT 1 FROM cells WHERE rebuild_of IS NOT NULL AND status = 'running'"),
+        until(lambda: log_rows(db, "SELECT 1 FROM cells WHERE rebuild_of IS NOT NULL AND status = 'running'"
+                                       " AND code LIKE '%time.sleep%'"),
               30, "the sleeping cell runs again")
         km.interrupt_kernel()
         reply, outputs = collect(kc, msg_id)
@@ -222,3 +223,24 @@ def test_the_poison_rule_holds_for_rebuilt_cells(tmp_path):
         assert "stopped at [1/2] In[1] (not run): PoisonedCell" in content["evalue"], content
         assert progress(text) == []
 
+
+# -- frontends without the extension ----------------------------------------------------------------
+
+def test_the_message_of_a_lost_namespace_ends_with_the_line_that_shows_the_plan():
+    with start_kernel() as (km, kc):
+        run_cells(kc, ["a = 1", "b = a + 1"])
+        reply, _ = execute(kc, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
+        content = reply["content"]
+        assert content["ename"] == "WorkerLost", content
+        last = content["evalue"].splitlines()[-1]
+        assert "`%klbr rebuild --plan`" in last and "`%klbr rebuild`" in last, content["evalue"]
+        # The line does what it says: the plan of the lost namespace, the cell that ended it left out.
+        _, outputs = execute(kc, "%klbr rebuild --plan")
+        assert plan_lines(stream_text(outputs)) == [["[1/2]", "In[1]", "a"], ["[2/2]", "In[2]", "b"]]
+        # A worker lost while idle: the next cell's notice ends with it too.
+        run_cells(kc, ["c = 3"])  # generation 2 serves
+        lose_the_worker(kc)
+        _, outputs = execute(kc, "1")
+        notice = [m["content"]["text"] for m in outputs
+                  if m["msg_type"] == "stream" and m["content"]["name"] == "stderr"]
+        assert notice and "while idle" in notice[0] and "`%klbr rebuild --plan`" in notice[0].splitlines()[-1], notice

@@ -32,7 +32,7 @@ from klbr_supervisor.states import Ending, EndReason
 from ..frontend.sockets import Frontend
 from ..requests.counts import ExecutionCounts
 from ..requests.current import Current
-from ..requests.outcomes import CellError, ending_error, refusal_error, timeout_error
+from ..requests.outcomes import REBUILD_LINE, CellError, ending_error, refusal_error, timeout_error, with_rebuild_line
 from ..requests.queue import ShellQueue
 from ..requests.request import CONTROL_REPLIES, QUEUED, Phase, Request
 from ..requests.states import LinkState
@@ -111,6 +111,7 @@ class Endings:
             self._delivery.notice = (
                 f"klbr: the worker of generation {generation.number} (pid {generation.pid}) "
                 f"{ending.how} while idle; its namespace is gone. This cell runs in a new generation.\n"
+                f"{REBUILD_LINE}\n"
             )
         if ending.reason is EndReason.START_FAILED:
             # No worker to wait for: everything queued gets the same answer now, never a hang.
@@ -160,12 +161,14 @@ class Endings:
             self._close_forwarded(req, ending, generation)
 
     def error(self, ending: Ending, generation: Generation, req: Request) -> CellError:
-        """The error that tells `req` how its generation ended."""
+        """The error that tells `req` how its generation ended; when its namespace is gone, it ends
+        with the line that shows how to rebuild it."""
         last = self._counts.last
         if ending.reason is EndReason.DEADLINE and req.msg_type == "execute_request":
             deadline = req.running.deadline if req.running is not None else None
-            return timeout_error(req.count or last + 1, deadline.seconds if deadline is not None else None,
-                                 killed=True, generation=generation.number, pid=generation.pid, how=ending.how)
+            return with_rebuild_line(timeout_error(
+                req.count or last + 1, deadline.seconds if deadline is not None else None, killed=True,
+                generation=generation.number, pid=generation.pid, how=ending.how))
         count = req.count if req.count is not None else last + 1
         cell = f"cell [{count}]" if req.msg_type == "execute_request" and req.counts else "this request"
-        return ending_error(ending, generation=generation.number, pid=generation.pid, cell=cell)
+        return with_rebuild_line(ending_error(ending, generation=generation.number, pid=generation.pid, cell=cell))
