@@ -14,6 +14,7 @@ import pytest
 
 from klbr_kernel.magics.parse import MagicError, RebuildSpec, line_magics, rebuild_spec
 from klbr_kernel.magics.plan import NO_REBUILD, duration, previous_generation
+from test_comm import Comm, reply_to, run_cell
 from utils import collect, execute, process_gone, results, start_kernel, status_row, stream_text, until, value
 
 # The cells of the issue: three that build the namespace, one marked, one that raises.
@@ -244,3 +245,30 @@ def test_the_message_of_a_lost_namespace_ends_with_the_line_that_shows_the_plan(
         notice = [m["content"]["text"] for m in outputs
                   if m["msg_type"] == "stream" and m["content"]["name"] == "stderr"]
         assert notice and "while idle" in notice[0] and "`%klbr rebuild --plan`" in notice[0].splitlines()[-1], notice
+
+
+# -- the klbr comm's `plan`, which the JupyterLab extension offers ----------------------------------
+
+def test_the_plan_op_offers_a_rebuild_and_says_which_cells_results_lost_their_variables(tmp_path):
+    with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        ids = ["c1", "c2", "c3"]
+        for cell_id, code in zip(ids, BUILT[:3], strict=True):
+            assert reply_to(kc, run_cell(kc, code, cell_id))["content"]["status"] == "ok"
+        comm = Comm(kc)
+        [answer] = comm.ask({"v": 1, "id": 1, "op": "plan"})
+        assert answer["plan"] is None and answer["generations"] == dict.fromkeys(ids, 1), answer
+        generation = lose_the_worker(kc)
+        [answer] = comm.ask({"v": 1, "id": 2, "op": "plan"})
+        plan = answer["plan"]
+        assert answer["current"] == generation and answer["generations"] == dict.fromkeys(ids, 1)
+        assert (plan["generation"], plan["cells"], plan["skipped"], plan["asked"]) == (1, 3, 0, False), plan
+        assert plan["end_reason"].startswith("lost") and "[3/3] In[3]" in plan["text"]
+        # Rebuilt, the cells' results have their variables again: they belong to the new generation.
+        content, _ = rebuild(kc)
+        assert content["status"] == "ok"
+        [answer] = comm.ask({"v": 1, "id": 3, "op": "plan"})
+        assert answer["generations"] == dict.fromkeys(ids, generation)
+        # A restart the user asked for: the plan is there, and says so (no offer pops up for it).
+        execute(kc, "%klbr restart")
+        [answer] = comm.ask({"v": 1, "id": 4, "op": "plan"})
+        assert answer["plan"]["generation"] == generation and answer["plan"]["asked"] is True, answer

@@ -160,6 +160,12 @@ class CellLog:
         assert session_id is not None, "asked only while recording (see `recording`)"
         return lineage.generation_cells(self._store.reader(), session_id, number)
 
+    def cell_generations(self) -> dict[str, int]:
+        """Each frontend cell id of this session: the last generation that has what it made (`lineage`)."""
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return lineage.cell_generations(self._store.reader(), session_id)
+
     def ended_by_request(self, number: int) -> bool:
         """Whether a cell of generation `number` asked for its end (`host.restart`, `host.relocate`)."""
         session_id = self._store.session_id

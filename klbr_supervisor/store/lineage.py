@@ -47,3 +47,21 @@ def ended_by_request(conn: sqlite3.Connection, session_id: int, number: int) -> 
     rows = conn.execute("SELECT payload FROM events WHERE session_id = ? AND kind IN (?, ?)",
                         (session_id, *_ASKED_END)).fetchall()
     return any(json.loads(row[0] or "{}").get("generation") == number for row in rows)
+
+
+def cell_generations(conn: sqlite3.Connection, session_id: int) -> dict[str, int]:
+    """For each frontend cell id of the session, the last generation whose namespace has what it
+    made: the one its latest run ran in, or a later one that rebuilt that run (`rebuild_of`, followed
+    through rebuilds of rebuilds) and ended ok. Cells that never reached a worker are left out."""
+    latest = conn.execute(
+        "SELECT id, frontend_cell_id, generation FROM cells WHERE id IN (SELECT max(id) FROM cells"
+        " WHERE session_id = ? AND frontend_cell_id IS NOT NULL GROUP BY frontend_cell_id)", (session_id,)).fetchall()
+    origin: dict[int, int] = {}  # a rebuilt row's id: the id of the run it repeats, first of the chain
+    newest: dict[int, int] = {}  # a run's id: the last generation that rebuilt it, ok
+    for row in conn.execute("SELECT id, rebuild_of, generation, status FROM cells WHERE session_id = ?"
+                            " AND rebuild_of IS NOT NULL ORDER BY id", (session_id,)):
+        first = origin[row["id"]] = origin.get(row["rebuild_of"], row["rebuild_of"])
+        if row["status"] == "ok" and row["generation"] is not None:
+            newest[first] = max(newest.get(first, 0), row["generation"])
+    return {row["frontend_cell_id"]: max(row["generation"], newest.get(row["id"], 0))
+            for row in latest if row["generation"] is not None}
