@@ -131,6 +131,9 @@ def test_a_rebuild_brings_the_namespace_back_without_the_skipped_cell(tmp_path):
         assert content["status"] == "ok", content
         assert progress(text) == [("[1/3]", "In[1]", "ok"), ("[2/3]", "In[2]", "ok"), ("[3/3]", "In[3]", "ok")], text
         assert "skipped: marked `# klbr: no-rebuild`" in text
+        # The loss was answered by the rebuild: the next cell is not told of it again.
+        _, outputs = execute(kc, "print(a, b)")
+        assert stream_text(outputs) == "10 2\n"
         assert value(kc, "(a, b)") == (10, 2)
         reply, _ = execute(kc, "c")
         assert reply["content"]["ename"] == "NameError"  # the marked cell did not run
@@ -139,7 +142,7 @@ def test_a_rebuild_brings_the_namespace_back_without_the_skipped_cell(tmp_path):
         rows = log_rows(db, "SELECT r.generation, r.execution_count, r.status, r.code, o.execution_count FROM cells r"
                             " JOIN cells o ON o.id = r.rebuild_of ORDER BY r.id")
         assert rows == [(generation, None, "ok", code, n) for n, code in enumerate(BUILT[:3], 1)]
-        assert reply["content"]["execution_count"] == content["execution_count"] + 2
+        assert reply["content"]["execution_count"] == content["execution_count"] + 3
 
 
 def test_a_rebuilt_cells_outputs_go_to_the_log_not_the_notebook(tmp_path):
@@ -261,13 +264,14 @@ def test_the_plan_op_offers_a_rebuild_and_says_which_cells_results_lost_their_va
         [answer] = comm.ask({"v": 1, "id": 2, "op": "plan"})
         plan = answer["plan"]
         assert answer["current"] == generation and answer["generations"] == dict.fromkeys(ids, 1)
-        assert (plan["generation"], plan["cells"], plan["skipped"], plan["asked"]) == (1, 3, 0, False), plan
+        assert (plan["generation"], plan["cells"], plan["skipped"], plan["asked"], plan["rebuilt"]) == \
+            (1, 3, 0, False, False), plan
         assert plan["end_reason"].startswith("lost") and "[3/3] In[3]" in plan["text"]
         # Rebuilt, the cells' results have their variables again: they belong to the new generation.
         content, _ = rebuild(kc)
         assert content["status"] == "ok"
         [answer] = comm.ask({"v": 1, "id": 3, "op": "plan"})
-        assert answer["generations"] == dict.fromkeys(ids, generation)
+        assert answer["generations"] == dict.fromkeys(ids, generation) and answer["plan"]["rebuilt"] is True
         # A restart the user asked for: the plan is there, and says so (no offer pops up for it).
         execute(kc, "%klbr restart")
         [answer] = comm.ask({"v": 1, "id": 4, "op": "plan"})

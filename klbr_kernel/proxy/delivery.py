@@ -134,6 +134,7 @@ class Delivery:
         boundary answered goes nowhere, and its idle frees the queue."""
         rebuilt = self._rebuilt.cell
         if rebuilt is not None and wire.parent_id == rebuilt.msg_id:  # a cell `%klbr rebuild` runs again
+            self.notice = None  # the loss was answered: the user rebuilds what it took
             self._boundary.guard(None, self._rebuilt.message, channel, wire)
             return
         abandoned = self._queue.abandoned
