@@ -189,7 +189,7 @@ def test_a_rebuild_after_a_move_runs_on_the_new_placement(tmp_path, other_python
 def test_deadlines_and_interrupts_apply_to_each_rebuilt_cell(tmp_path):
     pause = tmp_path / "pause"
     pause.write_text("0")
-    sleepy = f"import time\ntime.sleep(float(open({str(pause)!r}).read()))\nslept = True"
+    sleepy = f"import time\nprint('sleeping', flush=True)\ntime.sleep(float(open({str(pause)!r}).read()))\nslept = True"
     db = tmp_path / "log.sqlite3"
     with start_kernel(env={"KLBR_DB": str(db)}) as (km, kc):
         run_cells(kc, ["a = 1", sleepy, "b = 2"])
@@ -197,8 +197,9 @@ def test_deadlines_and_interrupts_apply_to_each_rebuilt_cell(tmp_path):
         lose_the_worker(kc)
         # An interrupt stops it inside a cell, as any cell: KeyboardInterrupt, the rest not run.
         msg_id = kc.execute("%klbr rebuild")
-        until(lambda: log_rows(db, "SELECT 1 FROM cells WHERE rebuild_of IS NOT NULL AND status = 'running'"
-                                       " AND code LIKE '%time.sleep%'"),
+        # Its worker runs it once it printed (the row is `running` before the worker sees it).
+        until(lambda: log_rows(db, "SELECT 1 FROM cells c JOIN outputs o ON o.cell_id = c.id WHERE"
+                                   " c.rebuild_of IS NOT NULL AND c.status = 'running' AND c.code LIKE '%time.sleep%'"),
               30, "the sleeping cell runs again")
         km.interrupt_kernel()
         reply, outputs = collect(kc, msg_id)
