@@ -277,3 +277,15 @@ def test_the_plan_op_offers_a_rebuild_and_says_which_cells_results_lost_their_va
         execute(kc, "%klbr restart")
         [answer] = comm.ask({"v": 1, "id": 4, "op": "plan"})
         assert answer["plan"]["generation"] == generation and answer["plan"]["asked"] is True, answer
+
+
+def test_with_the_errors_a_cell_that_raised_may_raise_again_and_the_rebuild_goes_on():
+    with start_kernel() as (km, kc):
+        for code in ["a = 1", "a = 2\nraise ValueError('after a = 2')", "b = a + 1"]:
+            execute(kc, code)
+        lose_the_worker(kc)
+        content, text = rebuild(kc, "--include-errors")
+        assert content["status"] == "ok", content
+        assert progress(text) == [("[1/3]", "In[1]", "ok"), ("[2/3]", "In[2]", "error"), ("[3/3]", "In[3]", "ok")]
+        assert "(as when it ran: ValueError)" in text
+        assert value(kc, "(a, b)") == (2, 3)  # what it did before it raised, as then

@@ -6,8 +6,9 @@ what it would run. Each cell runs as a cell of its own in the log, linked to the
 (`cells.rebuild_of`), through `run_cell` (the proxy's `RebuiltCells`): its outputs go to the log, not
 to the notebook; the rebuild cell prints one line per cell as it goes. The first cell that does not
 end `ok` stops the rebuild: its error is shown, and the rebuild cell ends `RebuildFailed`, naming it
-and what was and was not rebuilt. An interrupt stops it inside a cell (the cell's own
-KeyboardInterrupt) or between two; deadlines and the poison rule apply to each cell, as to any.
+and what was and was not rebuilt; a cell in the plan because it raised (`--include-errors`) may
+raise again, as it did. An interrupt stops it inside a cell (the cell's own KeyboardInterrupt) or
+between two; deadlines and the poison rule apply to each cell, as to any.
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from ..cell_log.replay import Show
 from ..requests.outcomes import CellError, rebuild_failed, refusal_error
 from ..requests.request import Phase, Request
 from .parse import RebuildSpec
-from .plan import Plan, PlanCell, duration, plan_text, rebuild_plan
+from .plan import ERRORS, Plan, PlanCell, duration, plan_text, rebuild_plan
 
 
 @dataclass(frozen=True)
@@ -113,8 +114,11 @@ class Rebuild:
             rerun = await self._run_cell(cell, generation, req)
             seconds += rerun.seconds
             logged = f" (cell {rerun.record_id})" if rerun.record_id is not None else ""
-            self._print(req, f"{rerun.status} {duration(rerun.seconds)}{logged}\n")
-            if rerun.error is not None:
+            # A cell in the plan because it raised (`--include-errors`) that raises again ended as it did.
+            as_then = cell.status in ERRORS and rerun.status == "error"
+            self._print(req, f"{rerun.status} {duration(rerun.seconds)}{logged}"
+                             f"{f' (as when it ran: {rerun.error.ename})' if as_then and rerun.error else ''}\n")
+            if rerun.error is not None and not as_then:
                 if rerun.traceback:
                     self._show(req, "stream", {"name": "stderr", "text": "\n".join(rerun.traceback) + "\n"})
                 self._stopped(plan, done, cell, position, rerun.error, rerun.record_id)
