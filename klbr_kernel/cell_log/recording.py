@@ -17,13 +17,15 @@ from typing import TYPE_CHECKING, Any
 
 from klbr_supervisor.messages.protocol import as_bytes
 from klbr_supervisor.messages.wire import loads
-from klbr_supervisor.store import CellRecord, Store, StoreError, queries
+from klbr_supervisor.store import CellRecord, Store, StoreError, lineage, queries
 
 from ..requests.outcomes import cell_status
 from ..requests.request import Request
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # bytes, or a zmq.Frame as received (collections.abc's from 3.12)
+
+    from klbr_supervisor.generation import Generation
 
 # iopub messages that are a cell's outputs (what an exported notebook shows).
 OUTPUT_TYPES = frozenset({"stream", "display_data", "update_display_data", "execute_result", "error", "clear_output"})
@@ -146,6 +148,30 @@ class CellLog:
         sessions = queries.notebook_sessions(reader, session_id, notebook) if previous_sessions else [session_id]
         return queries.latest_by_frontend_cell(reader, sessions)
 
+    def generations(self) -> list[sqlite3.Row]:
+        """This session's generations that served, oldest first (`lineage.generations`)."""
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return lineage.generations(self._store.reader(), session_id)
+
+    def generation_cells(self, number: int) -> list[sqlite3.Row]:
+        """The cells generation `number` of this session ran, in the order they ran (`lineage`)."""
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return lineage.generation_cells(self._store.reader(), session_id, number)
+
+    def cell_generations(self) -> dict[str, int]:
+        """Each frontend cell id of this session: the last generation that has what it made (`lineage`)."""
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return lineage.cell_generations(self._store.reader(), session_id)
+
+    def ended_by_request(self, number: int) -> bool:
+        """Whether a cell of generation `number` asked for its end (`host.restart`, `host.relocate`)."""
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return lineage.ended_by_request(self._store.reader(), session_id, number)
+
     async def settled(self) -> None:
         """Return once every write submitted so far is committed (what was sent is also readable)."""
         future: asyncio.Future[StoreError | None] = asyncio.get_running_loop().create_future()
@@ -190,6 +216,23 @@ class CellLog:
         status = cell_status(content, own=execute.outcome, interrupted=execute.interrupted)
         return self._store.cell_finished(execute.record, status=status, count=content.get("execution_count"),
                                          error=_error_text(content), reply=content, generation=generation, done=then,
+                                         memory_peak=memory.cell_ended() if memory is not None else None)
+
+    def rebuilt_started(self, record: CellRecord, then: Then) -> bool:
+        """A cell `%klbr rebuild` runs again (`record.rebuild_of`), `running` before its worker sees it
+        (semantics 3), as `start` writes a frontend's."""
+        return self._store.cell_started(record, then)
+
+    def rebuilt_output(self, record: CellRecord, msg_type: str, content: Buffer) -> None:
+        """An output of a rebuilt cell: kept in the log, as `output` keeps a cell's."""
+        self._store.output(record, msg_type, content)
+
+    def rebuilt_finished(self, record: CellRecord, content: dict[str, Any], status: str, generation: Generation,
+                         then: Then) -> bool:
+        """A rebuilt cell's outcome (`status`, decided by the rebuild), `content` its reply."""
+        memory = generation.memory
+        return self._store.cell_finished(record, status=status, count=None, error=_error_text(content), reply=content,
+                                         generation=generation.number, done=then,
                                          memory_peak=memory.cell_ended() if memory is not None else None)
 
     def answered(self, req: Request, content: dict[str, Any], then: Then,

@@ -39,6 +39,7 @@ from .ops import (
     unfollow_target,
     unsupported,
 )
+from .plan import plan_answer
 from .restore import UNMATCHED_LISTED, Chunks, Json, entry, unmatched
 
 if TYPE_CHECKING:
@@ -155,6 +156,9 @@ class KlbrComms:
             elif op == "restart":
                 self._start(self._restart(req, comm, rid), "a klbr comm's restart", req)
                 return
+            elif op == "plan":
+                self._start(self._plan(req, comm, rid), "a klbr comm's plan request", req)
+                return
         except CommError as e:
             self._error(comm.comm_id, req.header, rid, e)
         self._done(req)
@@ -209,6 +213,17 @@ class KlbrComms:
         self._push(comm, req.header, {
             "op": "cells", "id": rid, "chunk": k, "last": True, "cells": chunks.rest(), "session": session,
             "unmatched": missing, "queued": queued, "following": sorted(comm.following)})
+
+    async def _plan(self, req: Request, comm: OpenComm, rid: str | int) -> None:
+        """What a rebuild would run, and which generation each cell's results belong to."""
+        cell_log = self._cell_log
+        if not cell_log.recording:
+            self._error(comm.comm_id, req.header, rid,
+                        NotRecording("the cell log is not available in this session: there is no plan"))
+        else:
+            await cell_log.settled()
+            self._push(comm, req.header, {"op": "plan", "id": rid, **plan_answer(cell_log, self._supervisor)})
+        self._done(req)
 
     async def _restart(self, req: Request, comm: OpenComm, rid: str | int) -> None:
         """As `%klbr restart`: a fresh generation; answered once it has taken over (or failed to)."""

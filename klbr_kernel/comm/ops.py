@@ -12,7 +12,7 @@ from .restore import Json, chunk_limit
 
 TARGET = "klbr"
 PROTOCOL = 1
-OPS = frozenset({"hello", "cells", "unfollow", "restart"})
+OPS = frozenset({"hello", "cells", "unfollow", "restart", "plan"})
 MAX_COMMS = 64  # klbr comms open at once; opening one more closes the oldest (a page gone for good)
 MAX_COMM_ID = 256  # characters of a comm id answered (longer ones are dropped: echoing them costs)
 MAX_REQUEST_ID = 64

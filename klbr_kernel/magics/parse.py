@@ -8,7 +8,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-COMMANDS = ("status", "restart", "placement", "reconnect", "timeout", "history", "replay")
+COMMANDS = ("status", "restart", "placement", "reconnect", "timeout", "history", "replay", "rebuild")
 _LINE = re.compile(r"^%klbr(?:\s+(?P<rest>.*))?$")
 _CELL = re.compile(r"^%%klbr\s+timeout\s*=\s*(?P<seconds>\S+)\s*$")
 _IN = re.compile(r"^In\[(?P<count>\d+)\]$")
@@ -50,6 +50,31 @@ def replay_spec(args: tuple[str, ...]) -> ReplaySpec:
     return ReplaySpec(count=int(match.group("count")), follow=follow)
 
 
+@dataclass(frozen=True)
+class RebuildSpec:
+    """`%klbr rebuild [--plan] [--generation N] [--include-errors]`."""
+
+    plan: bool = False
+    generation: int | None = None
+    include_errors: bool = False
+
+
+def rebuild_spec(args: tuple[str, ...]) -> RebuildSpec:
+    """Raises `MagicError` for anything but the three options, each at most once."""
+    usage = "usage: %klbr rebuild [--plan] [--generation N] [--include-errors]"
+    rest, generation = list(args), None
+    if "--generation" in rest:
+        at = rest.index("--generation")
+        if at + 1 >= len(rest) or not rest[at + 1].isdigit():
+            raise MagicError(usage + "   (N: a generation's number, `%klbr status` shows the current one)")
+        generation = int(rest[at + 1])
+        del rest[at:at + 2]
+    flags = set(rest)
+    if len(flags) != len(rest) or not flags <= {"--plan", "--include-errors"}:
+        raise MagicError(usage)
+    return RebuildSpec("--plan" in flags, generation, "--include-errors" in flags)
+
+
 def line_magics(code: str) -> list[Magic] | None:
     """The `%klbr` commands of a cell made only of them (blank lines and comments allowed), else None.
 
@@ -86,6 +111,8 @@ def line_magics(code: str) -> list[Magic] | None:
             raise MagicError(msg)
         elif command == "replay":
             replay_spec(args)
+        elif command == "rebuild":
+            rebuild_spec(args)
         magics.append(Magic(command, args))
     return magics
 

@@ -30,6 +30,7 @@ ERRORS: dict[str, tuple[str, frozenset[EndReason]]] = {
     "CrashLoop": ("refused", frozenset()),
     "SessionPaused": ("refused", frozenset()),
     "InternalError": ("error", frozenset()),
+    "RebuildFailed": ("error", frozenset()),
 }
 _ENAME_BY_REASON = {reason: ename for ename, (_, reasons) in ERRORS.items() for reason in reasons}
 
@@ -147,6 +148,28 @@ def timeout_error(count: int | None, seconds: float | None, *, killed: bool, gen
         f"{generation} (pid {pid}) was ended: {how}. Its namespace is gone and nothing was re-run; "
         "the next cell runs in a new generation.",
     )
+
+
+# What ends the message of a namespace that is gone (`WorkerLost`, `WorkerKilled`, a `CellTimeout` that
+# killed): the way back, for frontends without the extension (which offers it itself).
+REBUILD_LINE = ("The cells that built it, in the order they ran: `%klbr rebuild --plan` shows them, "
+                "`%klbr rebuild` runs them again.")
+# The names of a generation's end that takes its namespace (a `CellTimeout` at the end of a generation
+# is one that killed it).
+NAMESPACE_GONE = frozenset({"WorkerLost", "WorkerKilled", "CellTimeout"})
+
+
+def with_rebuild_line(error: CellError) -> CellError:
+    """`error`, a generation's end (`ending_error`, a killing `timeout_error`), ended by
+    `REBUILD_LINE` when it took the namespace."""
+    if error.ename not in NAMESPACE_GONE:
+        return error
+    return CellError(error.ename, f"{error.evalue}\n{REBUILD_LINE}", error.status)
+
+
+def rebuild_failed(text: str) -> CellError:
+    """A `%klbr rebuild` that stopped before its last cell; `text` names the cell and what was rebuilt."""
+    return _error("RebuildFailed", text)
 
 
 def session_paused_error(error: StoreError) -> CellError:

@@ -115,6 +115,12 @@ MIGRATIONS: list[tuple[str, ...]] = [
         """DROP INDEX cells_msg""",
         """CREATE INDEX cells_client ON cells (client_session, msg_id)""",
     ),
+    (
+        # A cell `%klbr rebuild` ran again: the id of the cell it repeats (its code as that one ran),
+        # NULL for every other cell. Read only for a rebuild's plan, which finds a generation's cells
+        # by cells_session: no index of its own, nothing more per cell.
+        """ALTER TABLE cells ADD COLUMN rebuild_of INTEGER REFERENCES cells (id)""",
+    ),
 ]
 
 VERSION = len(MIGRATIONS)

@@ -252,6 +252,14 @@ class Store(LoggingConfigurable):
         session_id, started = self.session_id, now()
 
         def insert(c: sqlite3.Cursor) -> None:
+            if cell.rebuild_of is not None:  # a cell `%klbr rebuild` runs again (rare: a statement of its own)
+                cur = c.execute(
+                    "INSERT INTO cells (session_id, generation, msg_id, client_session, code, status, started,"
+                    " rebuild_of) VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
+                    (session_id, cell.generation, cell.msg_id, cell.client_session, cell.code, started,
+                     cell.rebuild_of))
+                cell.id = cur.lastrowid
+                return
             cur = c.execute(
                 "INSERT INTO cells (session_id, generation, msg_id, client_session, msg_digest, frontend_cell_id,"
                 " code, status, started) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",

@@ -15,6 +15,7 @@ import { KlbrComm, KlbrError } from './comm';
 import { Following } from './following';
 import { KernelLink, openKlbrComm } from './link';
 import { IKernelState, isKernelState } from './messages';
+import { RebuildOffer } from './rebuild';
 import { Restore } from './restore';
 import { upgradeForCellIds } from './upgrade';
 
@@ -22,8 +23,13 @@ export class KlbrConnection {
   constructor(readonly panel: NotebookPanel) {
     this._following = new Following(cellId => codeCell(panel.content, cellId));
     this._restore = new Restore(panel, this._following);
+    // What the status item shows of the offer follows the plan as it is read.
+    this.rebuild = new RebuildOffer(panel, op => this.request(op), () => this._stateChanged.emit(this._state));
     this._link = new KernelLink(panel.sessionContext, window, openKlbrComm, {
-      kernelChanged: () => this._setState(null),
+      kernelChanged: () => {
+        this.rebuild.kernelChanged();
+        this._setState(null);
+      },
       opened: comm => this._opened(comm),
       closed: () => this._following.clear(),
       state: state => this._takeState(state),
@@ -32,6 +38,9 @@ export class KlbrConnection {
     });
     panel.disposed.connect(this.dispose, this);
   }
+
+  /** The way back after a generation ends: its offer, and the earlier-generation cell marks. */
+  readonly rebuild: RebuildOffer;
 
   /** The kernel's state, once a klbr kernel has said hello; null for other kernels. */
   get state(): IKernelState | null {
@@ -72,6 +81,7 @@ export class KlbrConnection {
       return;
     }
     this._link.dispose();
+    this.rebuild.dispose();
     Signal.clearData(this);
   }
 
@@ -109,6 +119,7 @@ export class KlbrConnection {
   private _takeState(state: IKernelState): IKernelState {
     const merged = this._state !== null ? { ...this._state, ...state } : state;
     this._setState(merged);
+    this.rebuild.generationSeen(merged.generation);
     return merged;
   }
 

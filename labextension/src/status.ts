@@ -10,6 +10,7 @@ import { Widget } from '@lumino/widgets';
 import { KlbrConnection } from './connection';
 import { memoryText } from './logic';
 import { IKernelState } from './messages';
+import { offerLabel } from './plan';
 
 export function stateText(state: IKernelState): string {
   const recording = state.recording === 'recording' ? 'recording' : state.recording === 'paused' ? 'PAUSED' : 'not recording';
@@ -40,7 +41,8 @@ export class KlbrStatus extends Widget {
   /** Called when a notebook's connection is made, or its state changes. */
   refresh(): void {
     const state = this.connection?.state ?? null;
-    this.node.textContent = state !== null ? stateText(state) : '';
+    const offer = this.connection?.rebuild.plan ? ' · rebuild?' : '';
+    this.node.textContent = state !== null ? stateText(state) + offer : '';
     this.node.dataset.klbrRecording = state?.recording ?? '';
     this.setHidden(state === null);
   }
@@ -70,8 +72,13 @@ export class KlbrStatus extends Widget {
     body.node.textContent = state.status.map(([key, value]) => `${key.padEnd(width)}  ${value}`).join('\n');
     const replay = Dialog.okButton({ label: 'Replay the selected cell', caption: 'Put its recorded outputs back into it' });
     const restart = Dialog.warnButton({ label: 'Restart the generation', caption: 'As %klbr restart: a fresh namespace' });
-    const result = await showDialog({ title: 'klbr status', body, buttons: [Dialog.cancelButton({ label: 'Close' }), restart, replay] });
-    if (result.button.label === replay.label) {
+    const plan = connection.rebuild.plan;
+    const rebuild = plan !== null ? Dialog.okButton({ label: offerLabel(plan), caption: 'See the plan first' }) : null;
+    const buttons = [Dialog.cancelButton({ label: 'Close' }), restart, replay, ...(rebuild !== null ? [rebuild] : [])];
+    const result = await showDialog({ title: 'klbr status', body, buttons });
+    if (rebuild !== null && result.button.label === rebuild.label) {
+      await connection.rebuild.showPlan();
+    } else if (result.button.label === replay.label) {
       const cell = this._tracker.activeCell;
       if (cell === null || cell.model.type !== 'code') {
         Notification.warning('klbr: select a code cell to replay');
