@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-import os
 import shutil
 import tempfile
 from collections.abc import Callable, Coroutine, Mapping
@@ -23,7 +22,7 @@ import zmq
 from jupyter_client.session import Session
 
 from .boot.placement import Placement, PlacementError, parse
-from .boot.prelaunch import Early, host_environ
+from .boot.prelaunch import Early, host_endpoint, host_environ
 from .boot.reaper import Reaper
 from .cell_watch import CellWatch
 from .generation import Generation
@@ -91,6 +90,8 @@ class Supervisor(SupervisorSettings):
             self.log.info("the first worker started early is not the one configured: discarded")
             first.discard()
             first = None
+        elif first is not None:
+            self.log.info("generation 1 adopts what was started before the imports (%s)", type(first).__name__)
         self._first = first  # generation 1's target adopts it
         self._runtime_dir = first.runtime_dir if first is not None else tempfile.mkdtemp(prefix="klbr-")
 
@@ -117,7 +118,7 @@ class Supervisor(SupervisorSettings):
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tasks = self.cells.tasks = self.succession.tasks = Tasks(tg, self.log)
-                self.host.start(f"ipc://{os.path.join(self._runtime_dir, 'host')}", self._zmq, self._reaper)
+                self.host.start(host_endpoint(self._runtime_dir), self._zmq, self._reaper)
                 self._launch(spare=False)  # first: the worker starts while the store opens
                 self.store.open(uuid=self.session.session, **self._labels)
                 await self._stopped.wait()

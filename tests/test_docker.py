@@ -86,6 +86,49 @@ def test_cells_run_in_a_container_with_host_calls_and_interrupts(tmp_path, engin
     until(lambda: not daemon.containers(), 5, "no container left after the shutdown")
 
 
+def test_the_first_container_starts_before_the_proxys_imports_and_is_kept(tmp_path, engine):
+    """The command line's docker:// starts generation 1's `docker run` first thing (as ssh:// its ssh):
+    the container the first cell runs in is that one, not a second start."""
+    daemon, image = engine
+    log = tmp_path / "kernel.log"
+    with start_kernel(extra_arguments=[f"--Supervisor.placement=docker://{image}", "--KlbrKernelApp.log_level=INFO"],
+                      env={"KLBR_DB": str(tmp_path / "log.sqlite3"), **daemon.environ}, cwd=tmp_path, log=log) as (km, kc):
+        assert value(kc, "__import__('os').path.exists('/.dockerenv')") is True
+        assert len(daemon.containers()) == 1
+        assert "generation 1 adopts what was started before the imports (EarlyDocker)" in log.read_text()
+        assert value(kc, "from klbr_kernel import host; host.inspect()['placement']") == f"docker://{image}"
+
+
+def test_a_config_file_that_asks_for_another_first_container_is_honoured_and_the_early_one_goes(tmp_path, engine):
+    """A config file read after the early `docker run` asks for a memory limit: the early container
+    is removed, and the one the cells run in has the limit."""
+    daemon, image = engine
+    (tmp_path / "jupyter_klbr_config.py").write_text("c.Supervisor.memory_limit = '300M'\n")
+    with start_kernel(extra_arguments=[f"--Supervisor.placement=docker://{image}"], cwd=tmp_path,
+                      env={"KLBR_DB": str(tmp_path / "log.sqlite3"), "JUPYTER_CONFIG_DIR": str(tmp_path),
+                           **daemon.environ}) as (km, kc):
+        assert value(kc, "int(open('/sys/fs/cgroup/memory/memory.limit_in_bytes').read())") == 300 << 20
+        until(lambda: len(daemon.containers()) == 1, 10, "the early container removed")
+
+
+def test_an_early_container_goes_with_a_kernel_that_dies_before_its_first_generation(tmp_path, engine):
+    """A config value the kernel cannot take ends it before any generation adopts the `docker run`
+    started for it: that container and the kernel's runtime directory go with it."""
+    daemon, image = engine
+    (tmp_path / "jupyter_klbr_config.py").write_text("c.Supervisor.link_timeout = 'soon'\n")
+    (tmp_path / "tmp").mkdir()
+    conn = tmp_path / "kernel.json"
+    conn.write_text(json.dumps({"transport": "ipc", "ip": str(tmp_path / "k"), "shell_port": 1, "iopub_port": 2,
+                                "stdin_port": 3, "control_port": 4, "hb_port": 5, "key": "secret"}))
+    done = subprocess.run([sys.executable, "-m", "klbr_kernel", "-f", str(conn),
+                           f"--Supervisor.placement=docker://{image}"], check=False, capture_output=True, text=True,
+                          timeout=120, cwd=tmp_path, env={**os.environ, **daemon.environ,
+                                                          "JUPYTER_CONFIG_DIR": str(tmp_path), "TMPDIR": str(tmp_path / "tmp")})
+    assert done.returncode != 0 and "link_timeout" in done.stderr, done.stderr
+    assert not list((tmp_path / "tmp").iterdir())
+    until(lambda: not daemon.containers(), 10, "the early container removed")
+
+
 def test_a_kernel_that_exits_is_worker_lost_and_the_next_cell_runs_in_a_new_container(tmp_path, engine):
     daemon, image = engine
     with on_docker(tmp_path, engine) as (km, kc):

@@ -182,13 +182,45 @@ def test_a_killed_kernel_leaves_no_command_behind(tmp_path):
         assert process_gone(pid, timeout=30)
 
 
+# The kernel SIGKILLed after a command's fork but before its reaper hears of the command's group.
+_KILLED_WHILE_STARTING = """
+import asyncio, os, signal, sys
+from pathlib import Path
+from klbr_supervisor.boot.reaper import Reaper
+from klbr_supervisor.host.commands import Command, Run
+
+class DiesHere(Reaper):
+    def watch(self, pgid):
+        Path('pgid').write_text(str(pgid))
+        os.kill(os.getpid(), signal.SIGKILL)
+
+async def main():
+    argv = ['sh', '-c', 'echo ran > ran; exec sleep 600']
+    await Run(Command(argv, Path.cwd(), dict(os.environ), None, 600.0, 1000), 1.0, DiesHere.start(sys.argv[1])).run()
+
+asyncio.run(main())
+"""
+
+
+def test_a_kernel_killed_as_a_command_starts_leaves_nothing_running(tmp_path):
+    """The command waits until the reaper watches its group: it never ran, and nothing of it is left."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    kernel = subprocess.run([sys.executable, "-c", _KILLED_WHILE_STARTING, str(runtime)], check=False, cwd=tmp_path,
+                            timeout=60)
+    assert kernel.returncode == -signal.SIGKILL
+    assert process_gone(int((tmp_path / "pgid").read_text()), timeout=10)
+    assert not (tmp_path / "ran").exists()
+
+
 @pytest.mark.parametrize("call, code", [
     ("host.run([])", "invalid"), ("host.run(['echo', 1])", "invalid"), ("host.run(['echo', ''])", "invalid"),
     ("host.run(['ec\\0ho'])", "invalid"), ("host.run(['env'], env={'': 'x'})", "invalid"),
     ("host.run(['env'], env={'A=B': 'x'})", "invalid"), ("host.run(['env'], env={'A': 'x\\0'})", "invalid"),
     ("host.run(['ls'], cwd='/tmp')", "forbidden"), ("host.run(['ls'], cwd='../..')", "forbidden"),
     ("host.run(['ls'], timeout=0)", "invalid"), ("host.run(['ls'], timeout=3601)", "invalid"),
-    ("host.run(['ls'], max_output=10**9)", "invalid"), ("host.put('k' * 257, 1)", "invalid"),
+    ("host.run(['ls'], max_output=10**9)", "invalid"), ("host.run(['no-such-command-of-klbr'])", "invalid"),
+    ("host.run(['./not-here'])", "invalid"), ("host.run(['/etc/passwd'])", "invalid"), ("host.put('k' * 257, 1)", "invalid"),
     ("host.put('k', {1, 2})", "invalid"), ("host.put('k', 'x' * (2**20 + 1))", "too_large"),
     ("host.notify('x' * (2**20 + 1))", "too_large"), ("host.relocate('ssh://elsewhere/usr/bin/python3')", "invalid"),
     ("host.notify('')", "invalid"),

@@ -12,7 +12,8 @@ that far.
 With ``--Supervisor.placement=ssh://…`` on the command line (a kernelspec for a remote machine), it
 starts that generation's ssh instead (`EarlySsh`, see `ssh_launch`): connecting, and the remote
 kernel's own start, overlap the proxy's imports as a local worker's start does; `targets.ssh`
-adopts it.
+adopts it. So with ``docker://…`` and its ``docker run`` (`EarlyDocker`, see `docker_launch`),
+which `targets.docker` adopts.
 """
 
 from __future__ import annotations
@@ -32,8 +33,16 @@ if TYPE_CHECKING:
     from collections.abc import Iterable
     from typing import Any, Protocol, Self
 
+    from . import docker_launch, ssh_launch
     from .placement import Placement
-    from .ssh_launch import Launch
+
+    class Engines(Protocol):
+        """What `EarlyDocker.matches` reads of the engines' configuration (`targets.base.Engines`)."""
+
+        @property
+        def docker(self) -> list[str]: ...
+        @property
+        def docker_options(self) -> list[str]: ...
 
     class Configured(Protocol):
         """What `Early.matches` reads of the configuration: the `Supervisor` (its settings and its
@@ -55,6 +64,8 @@ if TYPE_CHECKING:
         def ssh(self) -> tuple[list[str], list[str]]: ...
         @property
         def link_timeout(self) -> float: ...
+        @property
+        def engines(self) -> Engines: ...
 
 # Options that choose a different first worker: no prelaunch when they are on the command line.
 _OTHER_WORKER = ("Supervisor.worker_kernel", "Supervisor.placement", "Supervisor.ipython_history")
@@ -113,8 +124,17 @@ def history_args(options: Iterable[str], keep_history: bool = False) -> tuple[st
 
 def host_environ(runtime_dir: str) -> dict[str, str]:
     """A generation's host channel credentials, as its worker finds them in its environment."""
-    return {"KLBR_HOST_ENDPOINT": f"ipc://{os.path.join(runtime_dir, 'host')}",
+    return {"KLBR_HOST_ENDPOINT": host_endpoint(runtime_dir),
             "KLBR_HOST_TOKEN": os.urandom(16).hex(), "KLBR_HOST_KEY": os.urandom(32).hex()}
+
+
+def host_endpoint(runtime_dir: str) -> str:
+    """The host channel's socket, alone in a directory of its own (made here, 0700), which a
+    container mounts: a socket file mounted before it is bound would be made a directory by docker,
+    and a ``docker run`` started early (`EarlyDocker`) comes before the channel binds."""
+    path = os.path.join(runtime_dir, "channel")
+    os.makedirs(path, 0o700, exist_ok=True)
+    return f"ipc://{os.path.join(path, 'host')}"
 
 
 def worker_command(connection_file: str, *args: str) -> list[str]:
@@ -127,10 +147,10 @@ def _end(process: subprocess.Popen[bytes] | None, runtime_dir: str) -> None:
     """End a first worker that is not wanted after all, and leave nothing of it."""
     if process is not None:
         end_process(process)
+    import shutil  # noqa: PLC0415 — only here: the spawn waits for no import
+
     try:
-        for name in os.listdir(runtime_dir):
-            os.unlink(os.path.join(runtime_dir, name))
-        os.rmdir(runtime_dir)
+        shutil.rmtree(runtime_dir)
     except OSError:
         pass  # gone already (the supervisor removes its runtime directory as it ends)
 
@@ -187,19 +207,18 @@ class Prelaunched(Early):
                 and self.args == [f"--Session.session={session_id}", *settings.worker_args, *settings.worker_options])
 
 
-class EarlySsh(Early):
-    """The first generation's ssh (``--Supervisor.placement=ssh://…`` on the command line), started
-    with its agent and fresh key before the proxy's imports (`targets.ssh` adopts it)."""
+class EarlyAgent(Early):
+    """The first generation's command that starts the agent where its kernel runs (ssh, ``docker run``),
+    started with the agent's start and a fresh key before the proxy's imports; its target adopts it."""
 
-    def __init__(self, launch: Launch, process: subprocess.Popen[bytes], runtime_dir: str, session_id: str):
+    def __init__(self, process: subprocess.Popen[bytes], runtime_dir: str, session_id: str):
         import threading  # noqa: PLC0415 — only here: the local prelaunch waits for no import
 
         super().__init__(process, runtime_dir, session_id)  # its kernel is started with the proxy's
-        self.launch = launch  # `ssh_launch.Launch`: what it was started with
         # Its lease is renewed from here until the generation takes it, as the generation renews
-        # it after: a link that stalls meanwhile ends the remote kernel in `link_timeout`, as
-        # always. Writes never block: a stalled ssh takes none.
-        assert process.stdin is not None  # `Launch.spawn` gives ssh a stdin pipe
+        # it after: a link that stalls meanwhile ends the kernel in `link_timeout`, as always.
+        # Writes never block: a stalled command takes none.
+        assert process.stdin is not None  # `agent_launch.spawn` gives it a stdin pipe
         self._fd = process.stdin.fileno()
         os.set_blocking(self._fd, False)
         self._stop = threading.Event()
@@ -207,7 +226,7 @@ class EarlySsh(Early):
         self._renewing.start()
 
     def _renew(self) -> None:
-        from .agent_launch import LEASE_EVERY  # noqa: PLC0415 — ssh:// only: the local spawn waits for no import
+        from .agent_launch import LEASE_EVERY  # noqa: PLC0415 — agents only: the local spawn waits for no import
 
         while not self._stop.wait(LEASE_EVERY):
             try:
@@ -215,11 +234,32 @@ class EarlySsh(Early):
             except BlockingIOError:
                 pass
             except OSError:
-                return  # ssh has ended: its exit says why
+                return  # the command has ended: its exit says why
 
     def _stop_renewing(self) -> None:
         self._stop.set()
         self._renewing.join()
+
+    def take(self) -> Self:
+        """Its generation takes its pipes over: renewals are the generation's from now on."""
+        taken = super().take()
+        self._stop_renewing()
+        return taken
+
+    def discard(self) -> None:
+        """The command goes, and with its stdin the agent and its kernel."""
+        self._stop_renewing()
+        super().discard()
+
+
+class EarlySsh(EarlyAgent):
+    """The first generation's ssh (``--Supervisor.placement=ssh://…`` on the command line; `targets.ssh`
+    adopts it)."""
+
+    def __init__(self, launch: ssh_launch.Launch, process: subprocess.Popen[bytes], runtime_dir: str,
+                 session_id: str):
+        super().__init__(process, runtime_dir, session_id)
+        self.launch = launch  # what it was started with
 
     def matches(self, settings: Configured, session_id: str) -> bool:
         launch = self.launch
@@ -229,16 +269,39 @@ class EarlySsh(Early):
                 and launch.args == [f"--Session.session={session_id}", *settings.worker_args,
                                     *settings.worker_options])
 
-    def take(self) -> Self:
-        """Its generation takes its pipes over: renewals are the generation's from now on."""
-        taken = super().take()
-        self._stop_renewing()
-        return taken
+
+class EarlyDocker(EarlyAgent):
+    """The first generation's ``docker run`` (``--Supervisor.placement=docker://…`` on the command line;
+    `targets.docker` adopts it). A container outlives its ``docker run``: until the reaper is told
+    (at adoption), a kernel that dies leaves it to the agent's lease, which the closed stdin ends."""
+
+    def __init__(self, launch: docker_launch.Launch, process: subprocess.Popen[bytes], runtime_dir: str,
+                 session_id: str):
+        super().__init__(process, runtime_dir, session_id)
+        self.launch = launch  # what it was started with
+
+    def matches(self, settings: Configured, session_id: str) -> bool:
+        launch, engines = self.launch, settings.engines
+        return (launch.placement == settings.where
+                and (launch.docker, launch.docker_options) == (engines.docker, engines.docker_options)
+                and launch.link_timeout == settings.link_timeout
+                and not settings.memory_limit  # the container's limit, on its command line already
+                and launch.args == [f"--Session.session={session_id}", *settings.worker_args,
+                                    *settings.worker_options])
 
     def discard(self) -> None:
-        """ssh goes, and with its stdin the remote kernel."""
-        self._stop_renewing()
+        """The container goes too, by name: it outlives its ``docker run``."""
+        held = self._held
         super().discard()
+        if held:
+            import shutil  # noqa: PLC0415 — rare: a container started early and not wanted
+
+            try:
+                subprocess.run(self.launch.remove, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,  # noqa: S603 — the configured docker, no shell
+                               stderr=subprocess.DEVNULL, timeout=30, check=False)
+            except (OSError, subprocess.TimeoutExpired):
+                pass
+            shutil.rmtree(self.runtime_dir, ignore_errors=True)  # its mounted directory too
 
 
 def _private_dir() -> str:
@@ -317,12 +380,13 @@ def values(argv: list[str], name: str) -> list[str]:
 
 def start(argv: list[str], client: dict[str, str] | None = None) -> Early | None:
     """Called first by `python -m klbr_kernel -f FILE`: spawn generation 1 if it will be the default,
-    or its ssh if the command line names an ssh:// placement (its agent places the host `client`'s
-    files there); what was started, for the app to hand down (None: nothing was, and the supervisor
+    or its ssh or docker run if the command line names an ssh:// or docker:// placement (its agent
+    places the host `client`'s files there); what was started, for the app to hand down (None: nothing was, and the supervisor
     starts generation 1 itself)."""
     path = connection_file_arg(argv)
     spec = (values(argv, "Supervisor.placement") or [""])[-1]
-    other = [opt for opt in _OTHER_WORKER if not (opt == "Supervisor.placement" and spec.startswith("ssh://"))]
+    agent = spec.startswith(("ssh://", "docker://"))  # a placement whose first command starts early too
+    other = [opt for opt in _OTHER_WORKER if not (opt == "Supervisor.placement" and agent)]
     if path is None or any(opt in arg for arg in argv for opt in other) or os.environ.get("KLBR_NO_PRELAUNCH"):
         return None
     options = worker_options(argv)
@@ -343,7 +407,8 @@ def start(argv: list[str], client: dict[str, str] | None = None) -> Early | None
     session_id = new_id()
     args = [f"--Session.session={session_id}", *history_args(options), *options]  # after -f FILE
     if spec:
-        early = _start_ssh(argv, info, runtime, session_id, args, client or {})
+        starts = _start_ssh if spec.startswith("ssh://") else _start_docker
+        early = starts(argv, info, runtime, session_id, args, client or {})
         if early is not None:
             atexit.register(early.discard)  # for a kernel that never gets as far as adopting it
         return early
@@ -388,5 +453,34 @@ def _start_ssh(argv: list[str], info: dict[str, Any], runtime: str, session_id: 
         _end(None, runtime)
         return None  # the supervisor starts it, and says what is wrong
     early = EarlySsh(launch, process, runtime, session_id)
+    early.host_channel = launch.host_channel  # the supervisor's channel admits it
+    return early
+
+
+def _start_docker(argv: list[str], info: dict[str, Any], runtime: str, session_id: str, args: list[str],
+                  client: dict[str, str]) -> EarlyDocker | None:
+    """The first generation's ``docker run``; its kernel is started with `args` and the host channel."""
+    # docker:// only: the local spawn waits for neither.
+    from .agent_launch import LINK_TIMEOUT  # noqa: PLC0415
+    from .docker_launch import Launch  # noqa: PLC0415
+    from .placement import PlacementError, parse  # noqa: PLC0415
+    from .ssh_launch import split  # noqa: PLC0415
+
+    given = {name: values(argv, f"Supervisor.{name}") for name in ("placement", "docker_command", "link_timeout")}
+    options = values(argv, "Supervisor.docker_options")
+    if any(len(v) > 1 for v in given.values()) or (len(options) == 1 and options[0][:1] in "[("):
+        _end(None, runtime)  # what traitlets refuses, or reads as a Python literal: the app's to read
+        return None
+    try:
+        placement = parse(given["placement"][0])
+        launch = Launch(placement, split((given["docker_command"] or ["docker"])[0], "docker"), options,
+                        float(given["link_timeout"][0]) if given["link_timeout"] else LINK_TIMEOUT,
+                        runtime, 1, os.urandom(32).hex(), info.get("signature_scheme", "hmac-sha256"), args)
+        launch.host_channel, launch.client = host_environ(runtime), client
+        process = launch.spawn()
+    except (PlacementError, ValueError, OSError):
+        _end(None, runtime)
+        return None  # the supervisor starts it, and says what is wrong
+    early = EarlyDocker(launch, process, runtime, session_id)
     early.host_channel = launch.host_channel  # the supervisor's channel admits it
     return early

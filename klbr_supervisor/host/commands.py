@@ -1,7 +1,7 @@
 """`host.run`: a command on the supervisor's machine, confined to the workspace and bounded.
 
 `check` refuses what must not run, each refusal a `Refused` with its code (`invalid`, `forbidden`);
-a `Run` runs what passed: in a process group of its own, stdin from the call or /dev/null, its
+a `Run` runs what passed: in a process group of its own, stdin from the call or empty, its
 output read as it comes and kept up to `max_output` bytes each, its whole group ended (SIGTERM, then
 SIGKILL after `kill_grace`) at the timeout or when it is stopped, and whatever it left in its group
 killed when it ends. It never blocks the loop (asyncio subprocesses).
@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
 import signal
 import time
 from dataclasses import dataclass
@@ -22,6 +23,10 @@ if TYPE_CHECKING:
 
 MAX_TIMEOUT = 3600.0
 MAX_OUTPUT = 4_000_000  # bytes of stdout (and of stderr) one reply carries at the most
+# The command waits at this gate (a shell reading one line of its stdin) until the reaper watches its
+# group, then becomes the command: a kernel SIGKILLed in between closes the pipe, and the shell exits
+# without running anything. Without it, a command started in that window outlived its kernel.
+_GATE = ["/bin/sh", "-c", 'read -r _ || exit 125; exec "$@"', "klbr-host-run"]
 
 
 class Refused(Exception):  # noqa: N818 — a call's answer with its wire code, which the service sends; no fault
@@ -136,17 +141,18 @@ class Run:
         command, started = self.command, time.monotonic()
         if self._stopped is not None:  # stopped before it started (its cell ended at once)
             raise self._stopped
+        _runnable(command)
         try:
             process = await asyncio.create_subprocess_exec(
-                *command.argv, cwd=command.cwd, env=command.env, start_new_session=True,
-                stdin=asyncio.subprocess.PIPE if command.stdin is not None else asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+                *_GATE, *command.argv, cwd=command.cwd, env=command.env, start_new_session=True,
+                stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
         except OSError as e:
             raise Refused(code="invalid", message=f"cannot run {command.argv[0]!r}: {e.strerror or e}") from None
         self.pgid = process.pid  # start_new_session: its pid is its group's id
         if self._reaper is not None:
             self._reaper.watch(self.pgid)
-        assert process.stdout is not None and process.stderr is not None  # both are PIPEs
+        assert process.stdin is not None and process.stdout is not None and process.stderr is not None  # PIPEs
+        process.stdin.write(b"\n")  # through the gate: the reaper has its group
         try:
             outputs = await asyncio.gather(_bounded(process.stdout, command.max_output),
                                            _bounded(process.stderr, command.max_output), self._finish(process))
@@ -169,14 +175,14 @@ class Run:
         command = self.command
         try:
             async with asyncio.timeout(0 if self._stopped else command.timeout) as self._clock:
-                if command.stdin is not None:
-                    assert process.stdin is not None  # a PIPE when there is stdin to feed
-                    try:
+                assert process.stdin is not None  # a PIPE: the gate's line, then the call's stdin
+                try:
+                    if command.stdin:
                         process.stdin.write(command.stdin)
-                        await process.stdin.drain()
-                    except (BrokenPipeError, ConnectionResetError):
-                        pass
-                    process.stdin.close()
+                    await process.stdin.drain()
+                except (BrokenPipeError, ConnectionResetError):
+                    pass
+                process.stdin.close()
                 await process.wait()
             return False
         except TimeoutError:
@@ -204,6 +210,20 @@ async def _bounded(stream: asyncio.StreamReader, limit: int) -> tuple[bytes, boo
         kept += chunk[:max(0, room)]
         cut = cut or len(chunk) > room
     return bytes(kept), cut
+
+
+def _runnable(command: Command) -> None:
+    """`Refused` when `command.argv[0]` names no executable file (a path from the command's cwd, or a
+    name on its PATH), as starting it would have said; behind the gate, its shell would only exit 127."""
+    name = command.argv[0]
+    if os.sep in name:
+        path = command.cwd / name
+        if not path.is_file():
+            raise Refused(code="invalid", message=f"cannot run {name!r}: No such file or directory")
+        if not os.access(path, os.X_OK):
+            raise Refused(code="invalid", message=f"cannot run {name!r}: Permission denied")
+    elif shutil.which(name, path=command.env.get("PATH", os.defpath)) is None:
+        raise Refused(code="invalid", message=f"cannot run {name!r}: No such file or directory")
 
 
 def _killpg(pgid: int, sig: int) -> None:

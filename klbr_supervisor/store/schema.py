@@ -119,9 +119,8 @@ MIGRATIONS: list[tuple[str, ...]] = [
         # A notebook is found by its cells' ids, in any session (the history of a notebook renamed,
         # moved or reopened after a server restart; the records of a page's cells): cells_frontend
         # put the session first, so finding which sessions hold a page's 100 ids read the whole
-        # index (30 ms over 200,000 cells, growing with the log; 0.3 ms with the id first). The id
-        # first costs an insert ~3 us more (its page is any page of the index, not the session's
-        # last), once per cell that has a frontend id (docs/decisions/60-notebook-by-cell-ids.md).
+        # index (65 ms over 200,000 cells, growing with the log; 0.15 ms with the id first); an
+        # insert costs no measurable more (docs/decisions/61-notebook-by-cell-ids.md).
         """DROP INDEX cells_frontend""",
         """CREATE INDEX cells_frontend_id ON cells (frontend_cell_id, session_id, id)
            WHERE frontend_cell_id IS NOT NULL""",

@@ -27,16 +27,14 @@ import asyncio
 import os
 import shutil
 import subprocess
-from typing import Unpack
+from typing import Any, Unpack
 
-from ..boot.agent_launch import CHANNELS, HOST_ENDPOINT, READ_FIRST_LINE, lease_of, spawn
+from ..boot.docker_launch import Launch
 from ..boot.placement import Placement, PlacementError
-from ..boot.worker import BOOTSTRAP
+from ..boot.prelaunch import EarlyDocker
 from .agent import AgentTarget
-from .base import NO_ENGINES, Engines, SshCommand, TargetArgs
+from .base import NO_ENGINES, CommonArgs, Engines, SshCommand
 from .process import WorkerProcess
-
-LABEL = "klbr.kernel"  # every container of a klbr kernel: the kernel's runtime directory's name
 
 
 async def _docker(engines: Engines, *args: str, timeout: float = 30) -> tuple[int, str]:
@@ -57,14 +55,16 @@ async def _docker(engines: Engines, *args: str, timeout: float = 30) -> tuple[in
 
 
 class DockerTarget(AgentTarget):
+    starts_early = True  # its docker run, when the kernel's command line names the placement
     host_channel = "mounted"  # the supervisor's socket, one file mounted into the container
 
-    def __init__(self, placement: Placement, **kwargs: Unpack[TargetArgs]):
-        super().__init__(placement, **kwargs)
+    def __init__(self, placement: Placement, *, early: EarlyDocker | None = None, worker_kernel: str = "",
+                 **kwargs: Unpack[CommonArgs]):
+        super().__init__(placement, early=early, worker_kernel=worker_kernel, **kwargs)
         given = self.given
-        self._dir = os.path.join(given.runtime_dir, f"docker{given.number}")  # mounted: the agent's is in it
-        self.name = f"{os.path.basename(given.runtime_dir)}-{given.number}"
-        self._remove = [*given.engines.docker, "rm", "--force", self.name]
+        self._early = early
+        self._launch = Launch(placement, given.engines.docker, given.engines.docker_options, given.link_timeout,
+                              given.runtime_dir, given.number, self.key, self.session.signature_scheme, [])
         self._removal: WorkerProcess | None = None
 
     @classmethod
@@ -92,54 +92,40 @@ class DockerTarget(AgentTarget):
 
     @property
     def local(self) -> str:
-        return os.path.join(self._dir, "agent", "k")
+        return self._launch.local
 
-    def argv(self, host: dict[str, str]) -> list[str]:
-        """`docker run` with klbr's options, the configured ones and the spec's, the image, and the
-        interpreter that reads the agent from stdin."""
-        placement, given = self.placement, self.given
-        workdir = placement.option("workdir") or os.getcwd()
-        words = [*given.engines.docker, "run", "--rm", "--interactive", "--init",
-                 f"--pull={placement.option('pull', 'never')}", f"--name={self.name}",
-                 f"--label={LABEL}={os.path.basename(given.runtime_dir)}", f"--label=klbr.generation={given.number}",
-                 f"--network={placement.option('network', 'none')}",
-                 f"--user={placement.option('user', f'{os.getuid()}:{os.getgid()}')}",
-                 f"--volume={self._dir}:{self._dir}", f"--workdir={workdir}"]
-        if workdir != "/":
-            words.append(f"--volume={workdir}:{workdir}")
-        endpoint = host.get(HOST_ENDPOINT, "")
-        if endpoint.startswith("ipc://"):
-            words.append(f"--volume={endpoint.removeprefix('ipc://')}:{endpoint.removeprefix('ipc://')}")
-        if self.memory_limit:
-            words += [f"--memory={self.memory_limit}", f"--memory-swap={self.memory_limit}"]
-        words += given.engines.docker_options
-        words += [f"--gpus={gpus}" for gpus in placement.all("gpus")]
-        words += [f"--volume={mount}" for mount in placement.all("mount")]
-        return [*words, "--", placement.target, placement.option("python", "python3"), "-c", READ_FIRST_LINE]
+    def connection(self, started: dict[str, Any]) -> dict[str, Any]:
+        # the key it was started with (an early container's is its own)
+        return {**super().connection(started), "key": self._launch.key}
+
+    def adopt(self) -> subprocess.Popen[bytes] | None:
+        self._launch.memory_limit = self.memory_limit
+        if self._early is None:
+            return None
+        early = self._early.take()  # its lease is renewed from here on
+        self._launch = early.launch
+        self.given.reaper.at_end(self._launch.remove)  # a container outlives its docker run
+        return early.process
 
     def spawn(self, extra_arguments: list[str], host: dict[str, str]) -> subprocess.Popen[bytes]:
-        os.mkdir(self._dir, 0o700)
-        start: dict[str, object] = {
-            "dir": os.path.join(self._dir, "agent"), "key": self.key, "signature_scheme": self.session.signature_scheme,
-            "bootstrap": BOOTSTRAP, "args": extra_arguments, "channels": CHANNELS,
-            "lease": lease_of(self.given.link_timeout), "cwd": self.placement.option("workdir") or os.getcwd()}
-        if host.get(HOST_ENDPOINT, "").startswith("ipc://"):  # its endpoint is the same path in the container
-            start.update({"host": host, "client": dict(self.given.client)})
-        argv = self.argv(host)
-        self.given.reaper.at_end(self._remove)  # a container outlives its docker run: removed if the kernel dies
-        return spawn(argv, lambda: start)
+        launch = self._launch
+        launch.args, launch.host_channel, launch.client = extra_arguments, host, dict(self.given.client)
+        self.given.reaper.at_end(launch.remove)  # a container outlives its docker run: removed if the kernel dies
+        return launch.spawn()
 
     def close(self) -> None:
         """The generation has ended: the container goes, by name, whatever its docker run did."""
+        if self._early is not None:
+            self._early.discard()  # never taken (its start failed first): nothing of it stays
         super().close()
-        if self._removal is None and os.path.isdir(self._dir):
+        if self._removal is None and os.path.isdir(self._launch.dir):
             try:
-                process = subprocess.Popen(self._remove, stdin=subprocess.DEVNULL,  # noqa: S603 — the configured docker, no shell
+                process = subprocess.Popen(self._launch.remove, stdin=subprocess.DEVNULL,  # noqa: S603 — the configured docker, no shell
                                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
             except OSError:
                 return  # the reaper tries again when the kernel ends
             self._removal = WorkerProcess(process, None, self.given.reaper, lambda status: self._removed())
 
     def _removed(self) -> None:
-        self.given.reaper.never(self._remove)
-        shutil.rmtree(self._dir, ignore_errors=True)
+        self.given.reaper.never(self._launch.remove)
+        shutil.rmtree(self._launch.dir, ignore_errors=True)
