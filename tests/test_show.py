@@ -95,6 +95,20 @@ def test_a_renamed_new_notebook_keeps_its_history_and_a_new_untitled_gets_none(t
         expect(cell(page, 2).locator(".jp-OutputArea")).to_contain_text("print('first output')", timeout=60_000)
         assert "6 * 7" in output_text(page, 2)
         screenshot(page, "show-renamed-restored.png")
+        # Save as: the page works on in the new file, and the kernel files the session under it.
+        page.evaluate("() => { void window.jupyterapp.commands.execute('docmanager:save-as'); }")
+        field = page.locator(".jp-Dialog input")
+        expect(field).to_be_visible(timeout=30_000)
+        field.fill("analysis-v2.ipynb")
+        field.press("Enter")
+        expect(page.locator(".jp-NotebookPanel:visible")).to_have_attribute(
+            "data-klbr-notebook", "analysis-v2.ipynb", timeout=30_000)
+        until(lambda: _sessions(server.db)[-1] == str(root / "analysis-v2.ipynb"), 30, "the session is filed anew")
+        page.close()
+        # A copy (cp) holds the same cell ids: it shows what they ran.
+        (root / "copy.ipynb").write_text((root / "analysis.ipynb").read_text())
+        page = open_notebook(browser, server, "copy.ipynb")
+        expect(cell(page, 1).locator(".jp-OutputArea")).to_contain_text("42", timeout=60_000)
         page.close()
         # A second new notebook: none of those cells.
         notebook(root, "Untitled.ipynb", ["%klbr history"])
