@@ -165,6 +165,10 @@ def main() -> None:
                                   "(make bench: docs/benchmarks.md)")
     ap.add_argument("--engines-only", action="store_true", help="only the docker:// and slurm:// rows")
     args = ap.parse_args()
+    # klbr records every cell, as it does for a user, but into a file of the run's own: never the
+    # user's cell log (one another klbr has migrated would leave the bench's kernels unrecorded, and
+    # faster than they are).
+    os.environ.setdefault("KLBR_DB", os.path.join(tempfile.mkdtemp(prefix="klbr-bench-log-"), "klbr.sqlite3"))
     with ExitStack() as stack:
         sshd = Sshd(Path(tempfile.mkdtemp(prefix="klbr-bench-sshd-")))
         stack.callback(sshd.stop)

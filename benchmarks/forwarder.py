@@ -117,7 +117,7 @@ def _bound(connection_file: str) -> bool:
     try:
         with open(connection_file) as f:
             info = json.load(f)
-    except ValueError:  # being written
+    except (ValueError, FileNotFoundError):  # being written (jupyter_core's secure_write removes it first)
         return False
     return all(info.get(f"{name}_port") for name in CHANNELS)
 

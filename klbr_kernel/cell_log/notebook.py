@@ -7,7 +7,7 @@ its cells, whatever the notebook was called when they ran: a renamed notebook ke
 new `Untitled.ipynb` inherits no one's (its cells' ids are its own), and the name alone never
 decides. A kernel no page with the extension has spoken to keeps the older rule: the sessions filed
 under the same path. docs/reconnecting.md says what this means for a rename, a save-as, a copy and
-a move; docs/decisions/61-notebook-by-cell-ids.md why.
+a move; docs/decisions/62-notebook-by-cell-ids.md why.
 """
 
 from __future__ import annotations

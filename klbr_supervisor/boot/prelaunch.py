@@ -407,8 +407,7 @@ def start(argv: list[str], client: dict[str, str] | None = None) -> Early | None
     session_id = new_id()
     args = [f"--Session.session={session_id}", *history_args(options), *options]  # after -f FILE
     if spec:
-        starts = _start_ssh if spec.startswith("ssh://") else _start_docker
-        early = starts(argv, info, runtime, session_id, args, client or {})
+        early = _start_agent(argv, info, runtime, session_id, args, client or {})
         if early is not None:
             atexit.register(early.discard)  # for a kernel that never gets as far as adopting it
         return early
@@ -429,58 +428,37 @@ def start(argv: list[str], client: dict[str, str] | None = None) -> Early | None
     return prelaunched
 
 
-def _start_ssh(argv: list[str], info: dict[str, Any], runtime: str, session_id: str, args: list[str],
-               client: dict[str, str]) -> EarlySsh | None:
-    """The first generation's ssh; its remote kernel is started with `args` and the host channel."""
-    # ssh:// only: the local spawn waits for neither.
+def _start_agent(argv: list[str], info: dict[str, Any], runtime: str, session_id: str, args: list[str],
+                 client: dict[str, str]) -> EarlyAgent | None:
+    """The first generation's ssh or ``docker run``, as the command line's placement says; its kernel
+    is started with `args` and the host channel."""
+    # Agents only: the local spawn waits for none of these.
+    from . import docker_launch, ssh_launch  # noqa: PLC0415
     from .agent_launch import LINK_TIMEOUT  # noqa: PLC0415
     from .placement import PlacementError, parse  # noqa: PLC0415
-    from .ssh_launch import Launch, split  # noqa: PLC0415
 
-    given = {name: values(argv, f"Supervisor.{name}") for name in ("placement", "ssh_command", "link_timeout")}
-    options = values(argv, "Supervisor.ssh_options")
+    engine = "docker" if (values(argv, "Supervisor.placement") or [""])[-1].startswith("docker://") else "ssh"
+    given = {name: values(argv, f"Supervisor.{name}") for name in ("placement", f"{engine}_command", "link_timeout")}
+    options = values(argv, f"Supervisor.{engine}_options")
     if any(len(v) > 1 for v in given.values()) or (len(options) == 1 and options[0][:1] in "[("):
         _end(None, runtime)  # what traitlets refuses, or reads as a Python literal: the app's to read
         return None
+    host = host_environ(runtime)
     try:
-        launch = Launch(parse(given["placement"][0]), split((given["ssh_command"] or ["ssh"])[0]), options,
-                        float(given["link_timeout"][0]) if given["link_timeout"] else LINK_TIMEOUT,
-                        os.path.join(runtime, "ssh1"), os.urandom(32).hex(), info.get("signature_scheme", "hmac-sha256"),
-                        args)
-        launch.host_channel, launch.client = host_environ(runtime), client
-        process = launch.spawn()
+        started = (parse(given["placement"][0]), ssh_launch.split((given[f"{engine}_command"] or [engine])[0], engine),
+                   options, float(given["link_timeout"][0]) if given["link_timeout"] else LINK_TIMEOUT)
+        key, scheme = os.urandom(32).hex(), info.get("signature_scheme", "hmac-sha256")
+        early: EarlyAgent
+        if engine == "docker":
+            docker = docker_launch.Launch(*started, runtime, 1, key, scheme, args)
+            docker.host_channel, docker.client = host, client
+            early = EarlyDocker(docker, docker.spawn(), runtime, session_id)
+        else:
+            ssh = ssh_launch.Launch(*started, os.path.join(runtime, "ssh1"), key, scheme, args)
+            ssh.host_channel, ssh.client = host, client
+            early = EarlySsh(ssh, ssh.spawn(), runtime, session_id)
     except (PlacementError, ValueError, OSError):
         _end(None, runtime)
         return None  # the supervisor starts it, and says what is wrong
-    early = EarlySsh(launch, process, runtime, session_id)
-    early.host_channel = launch.host_channel  # the supervisor's channel admits it
-    return early
-
-
-def _start_docker(argv: list[str], info: dict[str, Any], runtime: str, session_id: str, args: list[str],
-                  client: dict[str, str]) -> EarlyDocker | None:
-    """The first generation's ``docker run``; its kernel is started with `args` and the host channel."""
-    # docker:// only: the local spawn waits for neither.
-    from .agent_launch import LINK_TIMEOUT  # noqa: PLC0415
-    from .docker_launch import Launch  # noqa: PLC0415
-    from .placement import PlacementError, parse  # noqa: PLC0415
-    from .ssh_launch import split  # noqa: PLC0415
-
-    given = {name: values(argv, f"Supervisor.{name}") for name in ("placement", "docker_command", "link_timeout")}
-    options = values(argv, "Supervisor.docker_options")
-    if any(len(v) > 1 for v in given.values()) or (len(options) == 1 and options[0][:1] in "[("):
-        _end(None, runtime)  # what traitlets refuses, or reads as a Python literal: the app's to read
-        return None
-    try:
-        placement = parse(given["placement"][0])
-        launch = Launch(placement, split((given["docker_command"] or ["docker"])[0], "docker"), options,
-                        float(given["link_timeout"][0]) if given["link_timeout"] else LINK_TIMEOUT,
-                        runtime, 1, os.urandom(32).hex(), info.get("signature_scheme", "hmac-sha256"), args)
-        launch.host_channel, launch.client = host_environ(runtime), client
-        process = launch.spawn()
-    except (PlacementError, ValueError, OSError):
-        _end(None, runtime)
-        return None  # the supervisor starts it, and says what is wrong
-    early = EarlyDocker(launch, process, runtime, session_id)
-    early.host_channel = launch.host_channel  # the supervisor's channel admits it
+    early.host_channel = host  # the supervisor's channel admits it
     return early

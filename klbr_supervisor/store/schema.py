@@ -120,7 +120,7 @@ MIGRATIONS: list[tuple[str, ...]] = [
         # moved or reopened after a server restart; the records of a page's cells): cells_frontend
         # put the session first, so finding which sessions hold a page's 100 ids read the whole
         # index (65 ms over 200,000 cells, growing with the log; 0.15 ms with the id first); an
-        # insert costs no measurable more (docs/decisions/61-notebook-by-cell-ids.md).
+        # insert costs no measurable more (docs/decisions/62-notebook-by-cell-ids.md).
         """DROP INDEX cells_frontend""",
         """CREATE INDEX cells_frontend_id ON cells (frontend_cell_id, session_id, id)
            WHERE frontend_cell_id IS NOT NULL""",
