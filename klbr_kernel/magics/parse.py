@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-COMMANDS = ("status", "restart", "placement", "reconnect", "timeout", "history", "replay", "rebuild")
+from klbr_supervisor.memory import parse_size
+
+COMMANDS = ("status", "restart", "placement", "reconnect", "timeout", "history", "replay", "rebuild", "memory")
 _LINE = re.compile(r"^%klbr(?:\s+(?P<rest>.*))?$")
 _CELL = re.compile(r"^%%klbr\s+timeout\s*=\s*(?P<seconds>\S+)\s*$")
 _IN = re.compile(r"^In\[(?P<count>\d+)\]$")
@@ -75,6 +77,20 @@ def rebuild_spec(args: tuple[str, ...]) -> RebuildSpec:
     return RebuildSpec("--plan" in flags, generation, "--include-errors" in flags)
 
 
+def memory_limit(args: tuple[str, ...]) -> None:
+    """Raises `MagicError` unless `args` is nothing, or one limit `Supervisor.memory_limit` takes
+    (bytes, or 512M, 8G), or `none` (or 0): no limit."""
+    usage = "usage: %klbr memory [LIMIT]   (bytes, or a number with K, M, G or T: 512M, 8G; none or 0: no limit)"
+    if len(args) > 1:
+        raise MagicError(usage)
+    if args and args[0].lower() != "none":
+        try:
+            parse_size(args[0])
+        except ValueError as e:
+            msg = f"{e}\n{usage}"
+            raise MagicError(msg) from None
+
+
 def line_magics(code: str) -> list[Magic] | None:
     """The `%klbr` commands of a cell made only of them (blank lines and comments allowed), else None.
 
@@ -113,6 +129,8 @@ def line_magics(code: str) -> list[Magic] | None:
             replay_spec(args)
         elif command == "rebuild":
             rebuild_spec(args)
+        elif command == "memory":
+            memory_limit(args)
         magics.append(Magic(command, args))
     return magics
 

@@ -112,7 +112,7 @@ def rebuild_plan(cell_log: CellLog, current: int | None, generation: int | None 
     if not cell_log.recording:
         msg = "the cell log is not available in this session: klbr does not know what built the namespace"
         raise MagicError(msg)
-    served = {row["number"]: row for row in cell_log.generations()}
+    served = {row["number"]: row for row in cell_log.served_generations()}
     if generation is None:
         generation = previous_generation(sorted(served), current)
         if generation is None:

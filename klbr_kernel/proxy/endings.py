@@ -47,11 +47,15 @@ class Endings:
     def __init__(self, boundary: Boundary, *, current: Current, queue: ShellQueue, own: OwnAnswers,
                  delivery: Delivery, forward: Callable[[Request], None], pump: Callable[[Refusal | None], None],
                  brackets: Brackets, frontend: Frontend, counts: ExecutionCounts, state_changed: Callable[[], None],
-                 rebuilt: RebuiltCells):
+                 rebuilt: RebuiltCells, interrupt_grace: float | None = None):
         """`forward(req)`: send on what waited for a generation (`Dispatch.forward`); `pump(refusal)`:
         start what is queued (`Dispatch.pump`), refused with `refusal` if one is given;
         `state_changed`: the klbr comm's push of the generation's state, once the handover is over;
-        `rebuilt`: the cell `%klbr rebuild` runs again, which ends with its generation."""
+        `rebuilt`: the cell `%klbr rebuild` runs again, which ends with its generation;
+        `interrupt_grace`: the seconds an interrupt has before its worker is killed (the setting,
+        named in the error of a cell that ignored one)."""
+        self._interrupt_grace = interrupt_grace
+        self._refusal: Refusal | None = None  # what the end being answered is followed by
         self._boundary = boundary
         self._current = current
         self._queue = queue
@@ -92,6 +96,7 @@ class Endings:
 
     def _ended(self, generation: Generation, ending: Ending, refusal: Refusal | None) -> None:
         current, guard = self._current, self._boundary.guard
+        self._refusal = refusal
         was_current = current.generation is generation
         debugging = current.state is LinkState.DEBUGGING
         waiting = current.ended(f"generation {generation.number} ended: {ending.reason.value}")
@@ -109,8 +114,8 @@ class Endings:
             guard(inflight, self._inflight_ended, inflight, ending, generation)
         elif was_current and ending.reason is EndReason.LOST and not rebuilding:
             self._delivery.notice = (
-                f"klbr: the worker of generation {generation.number} (pid {generation.pid}) "
-                f"{ending.how} while idle; its namespace is gone. This cell runs in a new generation.\n"
+                f"klbr: the worker of generation {generation.number} (pid {generation.pid}) ended while idle: "
+                f"{ending.how}. Its namespace is gone; this cell runs in a new generation.\n"
                 f"{REBUILD_LINE}\n"
             )
         if ending.reason is EndReason.START_FAILED:
@@ -171,4 +176,5 @@ class Endings:
                 generation=generation.number, pid=generation.pid, how=ending.how))
         count = req.count if req.count is not None else last + 1
         cell = f"cell [{count}]" if req.msg_type == "execute_request" and req.counts else "this request"
-        return with_rebuild_line(ending_error(ending, generation=generation.number, pid=generation.pid, cell=cell))
+        return with_rebuild_line(ending_error(ending, generation=generation.number, pid=generation.pid, cell=cell,
+                                              grace=self._interrupt_grace, refusal=self._refusal))

@@ -34,6 +34,8 @@ class MagicCells:
         """A cell of `%klbr` lines (phase PROXY), carried out by the supervisor (`magic_output`) or
         the `replay` or the `rebuild`; what each line prints is shown as it is done, then the cell is answered."""
         error = None
+        # A notice of the cell a replay shows is not given in the replay's own cell.
+        self._replay.acted_on(req.magics or ())
         self._own.begin(req)
         if req.magic_error:
             error = CellError("UsageError", req.magic_error)

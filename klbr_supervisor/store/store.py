@@ -383,6 +383,20 @@ class Store(LoggingConfigurable):
 
         return self._write(upsert, done)
 
+    def notebook_moved(self, old: str | None, new: str) -> None:
+        """The notebook this session serves is now at `new` (renamed, moved, saved as): the session is
+        filed under it, and the values `host.put` kept under the old path go with it (but for keys
+        the new path has already)."""
+        session_id = self.session_id
+
+        def move(c: sqlite3.Cursor) -> None:
+            c.execute("UPDATE sessions SET notebook = ? WHERE id = ?", (new, session_id))
+            if old:
+                c.execute("UPDATE OR IGNORE kv SET scope = ? WHERE scope = ?", (new, old))
+
+        self._submit(move)
+        self.event("notebook", {"from": old, "to": new})
+
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         """A durable event: generation starts and ends, interrupts, restarts, placement changes."""
         self._event_seq += 1

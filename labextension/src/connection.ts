@@ -15,6 +15,7 @@ import { KlbrComm, KlbrError } from './comm';
 import { Following } from './following';
 import { KernelLink, openKlbrComm } from './link';
 import { IKernelState, isKernelState } from './messages';
+import { tellNotebook } from './notebook';
 import { RebuildOffer } from './rebuild';
 import { Restore } from './restore';
 import { upgradeForCellIds } from './upgrade';
@@ -37,6 +38,8 @@ export class KlbrConnection {
       ended: push => this._following.ended(push)
     });
     panel.disposed.connect(this.dispose, this);
+    // A rename, a move, a save-as: the kernel files the session under the new path.
+    panel.context.pathChanged.connect(this._pathChanged, this);
   }
 
   /** The way back after a generation ends: its offer, and the earlier-generation cell marks. */
@@ -107,11 +110,19 @@ export class KlbrConnection {
     }
     try {
       await this._hello(comm);
+      await tellNotebook(comm, this.panel);
       const first = !this._connectedOnce;
       this._connectedOnce = true;
       await this._restore.run(comm, first);
     } catch (error) {
       console.warn('klbr: the kernel did not answer the klbr comm', error);
+    }
+  }
+
+  private _pathChanged(): void {
+    const comm = this._link.comm;
+    if (comm !== null && comm.isOpen) {
+      void tellNotebook(comm, this.panel);
     }
   }
 
