@@ -104,6 +104,19 @@ class KlbrKernelApp(JupyterApp):
                              "effect on the kernel's command line (the kernelspec's argv). Shell, control and "
                              "stdin take frames up to %d bytes.", self.max_message_size, bound)
 
+    def _log_lines_say_when_and_who(self) -> None:
+        """Every line of the kernel's log says when, to the millisecond, and which kernel (its id, as
+        the server names it in its own log: the connection file is `kernel-ID.json`, shortened to
+        eight characters): a server's log mixes the lines of all its kernels."""
+        name = os.path.splitext(os.path.basename(self.connection_file))[0]
+        kernel = name.removeprefix("kernel-")[:8].replace("%", "%%")
+        when = "%(asctime)s.%(msecs)03d"
+        self.log_datefmt = DATE_FORMAT
+        self.log_format = f"[%(name)s {when} kernel {kernel}]%(highlevel)s %(message)s"
+        formatter = logging.Formatter(f"[klbr {when} kernel {kernel} %(levelname)s %(name)s] %(message)s", DATE_FORMAT)
+        for handler in logging.getLogger().handlers:  # klbr's modules' records (`main`'s basicConfig)
+            handler.setFormatter(formatter)
+
     def start(self) -> None:
         # The level on the loggers themselves, so per-cell debug calls build no records at all: the
         # app's, and those of klbr's modules (whose records reach the same stderr through the root).
@@ -113,6 +126,7 @@ class KlbrKernelApp(JupyterApp):
         if not self.connection_file:
             self.log.critical("klbr kernel: -f CONNECTION_FILE is required")
             self.exit(2)
+        self._log_lines_say_when_and_who()
         problem: str | None
         try:
             with open(self.connection_file) as f:
@@ -165,6 +179,9 @@ class KlbrKernelApp(JupyterApp):
         # first: the imports left no garbage, and it would cost 20 ms before the sockets are bound.)
         gc.freeze()
         await proxy.run()
+
+
+DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
 def main(first_worker: prelaunch.Early | None = None) -> None:

@@ -295,6 +295,29 @@ class Supervisor(SupervisorSettings):
         await gen.interrupt()
         self.cells.interrupted(gen)
 
+    def notebook_moved(self, path: str) -> None:
+        """The notebook this session serves is at `path` now (the driver was told: a rename, a move,
+        a save-as): the store files the session under it, and the host service's values and
+        workspace follow it."""
+        if path == self.notebook:
+            return
+        old, self.notebook = self.notebook, path
+        self.log.info("the notebook moved: %s -> %s", old, path)
+        self.store.notebook_moved(old, path)
+
+    def set_memory_limit(self, limit: str) -> None:
+        """`%klbr memory LIMIT`: the next generation's worker gets `limit` (as `memory_limit` takes
+        it; a bad one raises `TraitError`); the current one keeps its own until it ends, and a
+        spare started under the old limit is replaced."""
+        before = self.memory_limit_bytes
+        self.memory_limit = limit
+        if self.memory_limit_bytes == before:
+            return
+        self.store.event("memory_limit", {"limit": self.memory_limit_bytes})
+        if self.succession.spare is not None:
+            self.succession.stop_spare()
+            self.succession.ensure_spare()
+
     # -- status ------------------------------------------------------------------------------------
 
     def set_session_timeout(self, seconds: float) -> None:
@@ -322,6 +345,7 @@ class Supervisor(SupervisorSettings):
             "memory": gen.memory.status() if gen and gen.memory else None,
             "memory_limit": self.memory_limit_bytes,
             "memory_applied": gen.memory_limit if gen else None,  # the limit its worker started under
+            "memory_limits": gen.target.limits_memory if gen else None,  # whether its placement applies one
         }
 
     # -- from generations --------------------------------------------------------------------------

@@ -31,18 +31,29 @@ def _text(msg_type: str, content: dict) -> str:
     return f"[{next(iter(data), 'empty')}]\n"
 
 
+def _last_session(db: str) -> int:
+    """The newest session in the cell log at `db` before the run (0: none, or no cell log yet)."""
+    if not os.path.exists(db):
+        return 0
+    return connect(db).execute("SELECT coalesce(max(id), 0) FROM sessions").fetchone()[0]
+
+
 def main(path: str) -> None:
     notebook = str(Path(path).resolve())
     os.environ["JPY_SESSION_NAME"] = notebook  # what jupyter_server tells a kernel: its notebook
     nb = nbformat.read(path, as_version=4)
+    db = Store().path
+    before = _last_session(db)
     with tempfile.TemporaryDirectory() as cwd:
         try:
             NotebookClient(nb, kernel_name="klbr", timeout=120, resources={"metadata": {"path": cwd}}).execute()
         except CellExecutionError as e:
             print(f"nbclient stopped at an unexpected error: {e}", file=sys.stderr)
-    db = Store().path
     conn = connect(db)
-    session = conn.execute("SELECT max(id) FROM sessions WHERE notebook = ?", (notebook,)).fetchone()[0]
+    session = conn.execute("SELECT max(id) FROM sessions WHERE notebook = ? AND id > ?", (notebook, before)).fetchone()[0]
+    if session is None:  # the kernel served without its cell log, and said why in its log (above)
+        sys.exit(f"\n== {Path(path).name} ran on klbr, but its cells were not recorded in {db}: "
+                 "the kernel's log above says why")
     rows = cells(conn, session)
     print(f"\n== {Path(path).name} on klbr: {len(rows)} cells in the cell log ({db}, session {session})\n")
     for row in rows:

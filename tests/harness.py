@@ -127,6 +127,7 @@ class Supervisor:
         self.listener = listener
         self.store = store
         self.notebook = None
+        self.interrupt_grace = 3.0  # a setting, as the real one's
         self.where = SimpleNamespace(spec="local")
         self.current: Generation | None = None
         self.sent: list[tuple[str, str, str]] = []

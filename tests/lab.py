@@ -35,9 +35,11 @@ def _free_port() -> int:
 
 
 class Lab:
-    """One JupyterLab server on 127.0.0.1 whose root is `root`; its log is `root/server.log`."""
+    """One JupyterLab server on 127.0.0.1 whose root is `root`; its log is `root/server.log`. With
+    `app="notebook"`, a Notebook 7 server instead (the same extension, a page per notebook)."""
 
-    def __init__(self, root: Path, config: str = ""):
+    def __init__(self, root: Path, config: str = "", app: str = "jupyterlab"):
+        self.app = app
         self.root = root
         self.db = root / "log.sqlite3"
         self.log = root / "server.log"
@@ -47,15 +49,16 @@ class Lab:
         # No "get notified about Jupyter news?" toast over what the screenshots show.
         (conf / "labconfig").mkdir(exist_ok=True)
         (conf / "labconfig" / "page_config.json").write_text(json.dumps(
-            {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True}}))
+            {"disabledExtensions": {"@jupyterlab/apputils-extension:announcements": True},
+             "exposeAppInBrowser": True}))  # `window.jupyterapp`: a test runs the app's commands, as its menus do
         self._workspaces = 0
         self.port = _free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, "JUPYTER_CONFIG_DIR": str(conf), "JUPYTER_RUNTIME_DIR": str(root / "runtime"),
                "KLBR_DB": str(self.db)}
-        self._stderr = open(self.log, "w")  # noqa: SIM115 — the server's stderr; `close` closes it
+        self._stderr = open(self.log, "a")  # noqa: SIM115 — the server's stderr (a restarted one's after); `close` closes it
         self.server = subprocess.Popen(
-            [sys.executable, "-m", "jupyterlab", "--no-browser", "--allow-root", f"--port={self.port}",
+            [sys.executable, "-m", app, "--no-browser", "--allow-root", f"--port={self.port}",
              "--ip=127.0.0.1", f"--IdentityProvider.token={TOKEN}", f"--ServerApp.root_dir={root}",
              "--ServerApp.iopub_data_rate_limit=1e10", "--ServerApp.iopub_msg_rate_limit=1e10", "--LabApp.news_url=",
              "--LabApp.check_for_updates_class=jupyterlab.NeverCheckForUpdate"],
@@ -74,6 +77,8 @@ class Lab:
     def url(self, notebook: str) -> str:
         """The notebook alone in a workspace of its own (a server's default workspace reopens every
         notebook an earlier test opened)."""
+        if self.app == "notebook":
+            return f"{self.base}/notebooks/{notebook}?token={TOKEN}"
         self._workspaces += 1
         return f"{self.base}/lab/workspaces/w{self._workspaces}/tree/{notebook}?token={TOKEN}&reset"
 
@@ -97,6 +102,16 @@ class Lab:
             self.server.kill()
             self.server.wait()
         self._stderr.close()
+
+
+@contextmanager
+def running(root: Path, config: str = "", app: str = "jupyterlab") -> Iterator[Lab]:
+    """A `Lab` for as long as the block (a module's fixture, a test's own server); closed after it."""
+    server = Lab(root, config, app)
+    try:
+        yield server
+    finally:
+        server.close()
 
 
 def notebook(root: Path, name: str, sources: list[str], minor: int = 5) -> Path:

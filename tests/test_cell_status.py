@@ -27,7 +27,7 @@ def _running(kc, code: str) -> str:
 
 # Every error name klbr answers with (docs/errors.md).
 KLBR_NAMES = ["WorkerLost", "WorkerKilled", "CellTimeout", "PlacementLost", "CrashLoop", "InternalError",
-              "WorkerStartFailed", "PoisonedCell", "SessionPaused"]
+              "WorkerStartFailed", "PoisonedCell", "SessionPaused", "RebuildFailed"]
 
 
 def test_a_cells_own_errors_are_errors_whatever_their_names(tmp_path):

@@ -236,7 +236,7 @@ def _ours() -> tuple[dict[str, set[str]], set[str], set[str]]:
     # constants it exports.
     for path in (ROOT / "labextension" / "src").glob("*.ts"):
         modules.setdefault(path.stem, set()).update(
-            re.findall(r"^export (?:default )?(?:abstract )?(?:class|function|const|interface|type) (\w+)",
+            re.findall(r"^export (?:default )?(?:abstract )?(?:async )?(?:class|function|const|interface|type) (\w+)",
                        path.read_text(), re.M))
     paths = {p.relative_to(ROOT).as_posix() + ("/" if p.is_dir() else "")
              for folder in ("klbr_kernel", "klbr_supervisor", "tests", "benchmarks", "docs", "labextension/src")

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import time
+from pathlib import Path
 
 import pytest
 
@@ -139,6 +141,10 @@ def test_an_ignored_interrupt_ends_in_WorkerKilled_within_the_grace():
         reply, outputs = collect(kc, msg_id, timeout=10)
         elapsed = time.monotonic() - start
         assert reply["content"]["ename"] == "WorkerKilled"
+        # Why, in the cell: the interrupt was ignored for the grace, and klbr ended the worker.
+        evalue = reply["content"]["evalue"]
+        assert evalue.startswith("Cell [3] did not stop when interrupted: it ignored the interrupt for 1 s "
+                                 "(Supervisor.interrupt_grace), so klbr ended its worker, generation 1"), evalue
         assert elapsed < 1 + 1.0, f"WorkerKilled after {elapsed:.2f}s"
         assert process_gone(pid)
         reply, _ = execute(kc, "kept")
@@ -207,6 +213,13 @@ def test_the_crash_loop_budget_stops_respawning_until_restart():
         for i in range(3):
             reply, _ = execute(kc, f"import os  # try {i}\nos._exit(1)")
             assert reply["content"]["ename"] == "WorkerLost"
+            evalue, rebuild = reply["content"]["evalue"].split("\n")  # the way back comes last (`%klbr rebuild`)
+            assert "`%klbr rebuild` runs them again" in rebuild
+            if i < 2:
+                assert evalue.endswith("the next cell runs in a new generation."), evalue
+            else:  # the last death the budget allows promises no new generation
+                assert "new generation." not in evalue and "klbr starts no new generation now: it started 2 for lost " \
+                    "workers within 300 s" in evalue and evalue.endswith("then run `%klbr restart`."), evalue
         reply, outputs = execute(kc, "1 + 1")
         assert reply["content"]["ename"] == "CrashLoop"
         assert "2 times" in reply["content"]["evalue"] and "%klbr restart" in reply["content"]["evalue"]
@@ -277,6 +290,9 @@ def test_a_loss_while_idle_is_told_at_the_top_of_the_next_cell():
         reply, outputs = execute(kc, "print('after')")
         streams = [m["content"] for m in outputs if m["msg_type"] == "stream"]
         assert streams[0]["name"] == "stderr" and "while idle" in streams[0]["text"]
+        assert streams[0]["text"].startswith(f"klbr: the worker of generation 1 (pid {pid}) ended while idle: "
+                                             "killed by signal 9 (SIGKILL). Its namespace is gone; this cell runs in "
+                                             "a new generation.")
         assert streams[-1]["text"] == "after\n"
 
 
@@ -392,3 +408,15 @@ def test_a_dying_worker_is_drained_even_when_the_kernel_reads_only_after_the_dea
         assert reply["content"]["ename"] == "WorkerLost"
         assert _lines(outputs) == [f"line {i}" for i in range(150)]
     assert _recorded_lines(db) == [f"line {i}" for i in range(150)]
+
+
+def test_the_kernels_log_lines_say_when_and_which_kernel(tmp_path):
+    """A server's log mixes the lines of all its kernels: each of klbr's says its time and kernel id."""
+    log = tmp_path / "kernel.log"
+    with start_kernel(log=log) as (km, kc):
+        reply, _ = execute(kc, "import os; os._exit(3)")
+        assert reply["content"]["ename"] == "WorkerLost"
+        kernel = Path(km.connection_file).stem.removeprefix("kernel-")[:8]
+    (line,) = [line for line in log.read_text().splitlines() if "exited with status 3" in line]
+    assert re.match(rf"^\[KlbrKernelApp \d{{4}}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{{3}} kernel {re.escape(kernel)}\] WARNING \| "
+                    r"generation 1 \(pid \d+\) ended: lost, exited with status 3$", line), line

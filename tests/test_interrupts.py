@@ -53,7 +53,11 @@ def test_an_interrupted_cells_traceback_ends_at_its_own_line_as_under_ipykernel(
     (nbclient's own suite compares it with plain ipykernel's)."""
     with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
         _placed(kc, where, other_python)
-        msg_id = kc.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(600)")
+        # Word that it sleeps comes from another thread once the sleep has begun: a print of the main
+        # thread's own waits for ipykernel's I/O thread, whose stream can reach the test first, and an
+        # interrupt then (under load) rightly ends in that wait, as it does on plain ipykernel.
+        msg_id = kc.execute("import threading, time\nthreading.Timer(0.5, print, ('sleeping',), {'flush': True}).start()\n"
+                            "time.sleep(600)")
         wait_for_stream(kc, msg_id)
         km.interrupt_kernel()
         reply, outputs = collect(kc, msg_id, timeout=60)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from klbr_supervisor.memory import Sample, parse_size, size_text, verdict
-from utils import collect, execute, start_kernel, status_row, until, value, wait_for_stream, worker_pid
+from utils import collect, execute, start_kernel, status_row, stream_text, until, value, wait_for_stream, worker_pid
 
 MiB = 1 << 20
 ROOT = Path(__file__).parent.parent
@@ -142,6 +142,9 @@ def test_a_memory_limit_fails_the_cell_and_the_kernel_serves_on(where):
         pid = worker_pid(kc)
         reply, _ = execute(kc, "y = bytearray(2 << 30)")
         assert reply["content"]["ename"] == "MemoryError", reply["content"]
+        # Not bare: which limit, and where it is set.
+        assert reply["content"]["evalue"].startswith("this worker's memory limit of 512 MiB stopped an allocation")
+        assert "Supervisor.memory_limit" in reply["content"]["evalue"], reply["content"]
         assert value(kc, "x + 1") == 42 and worker_pid(kc) == pid  # the namespace, the same worker
         assert status_row(kc, "memory").endswith("limit 512 MiB")
         reply, _ = execute(kc, C_ABORT)
@@ -150,3 +153,24 @@ def test_a_memory_limit_fails_the_cell_and_the_kernel_serves_on(where):
         assert "its memory limit is 512 MiB (Supervisor.memory_limit)" in content["evalue"]
         assert execute(kc, "x")[0]["content"]["ename"] == "NameError"  # a new generation
         assert worker_pid(kc) != pid and status_row(kc, "generation").startswith("2")
+
+
+def test_klbr_memory_sets_the_next_generations_limit_without_a_config_file():
+    with start_kernel() as (km, kc):
+        execute(kc, "x = 41")
+        _, outputs = execute(kc, "%klbr memory 512M")
+        said = stream_text(outputs, "stdout")
+        assert said == ("The next generation's memory limit is 512 MiB; generation 1 keeps no limit until it ends "
+                        "(`%klbr restart` starts the next one now).\n"), said
+        assert value(kc, "x + 1") == 42 and status_row(kc, "memory").endswith("no limit (the next generation's: 512 MiB)")
+        execute(kc, "%klbr restart")
+        assert status_row(kc, "memory").endswith("limit 512 MiB")
+        reply, _ = execute(kc, "y = bytearray(2 << 30)")
+        assert reply["content"]["ename"] == "MemoryError", reply["content"]
+        for bad, says in [("lots", "'lots' is not a size"), ("1G 2G", "usage: %klbr memory")]:
+            reply, _ = execute(kc, f"%klbr memory {bad}")
+            assert reply["content"]["ename"] == "UsageError" and says in reply["content"]["evalue"], reply["content"]
+        _, outputs = execute(kc, "%klbr memory none")
+        assert stream_text(outputs, "stdout").startswith("The next generation's memory limit is none; generation 2 keeps 512 MiB")
+        _, outputs = execute(kc, "%klbr memory")
+        assert stream_text(outputs, "stdout").startswith("The next generation's memory limit is none")

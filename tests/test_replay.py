@@ -21,6 +21,19 @@ def _lines(outputs) -> list[str]:
     return [line for line in stream_text(outputs, "stdout").splitlines() if line.startswith("line ")]
 
 
+def _notices(outputs) -> list[str]:
+    """The texts of the notices among a request's iopub messages (a display of klbr's own, with a
+    display id, so that a later update can take its words back)."""
+    return [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "display_data"
+            and m["content"].get("metadata", {}).get("klbr", {}).get("notice") == "unseen"]
+
+
+def _cleared(outputs) -> list[str]:
+    """The display ids of the notices a request's iopub messages empty."""
+    return [m["content"]["transient"]["display_id"] for m in outputs if m["msg_type"] == "update_display_data"
+            and m["content"]["data"] == {"text/plain": ""}]
+
+
 def _other_client(km):
     """A second frontend, with a session of its own (as two notebooks, or two pages, have)."""
     info = km.get_connection_info()
@@ -136,7 +149,7 @@ def _noticed_once(km) -> None:
                     if m["parent_header"].get("msg_id") == msg["header"]["msg_id"] and m["msg_type"] == "status" \
                             and m["content"]["execution_state"] == "idle":
                         break
-    notices = [m["content"]["text"] for m in seen if m["msg_type"] == "stream" and m["content"]["name"] == "stderr"]
+    notices = _notices(seen)
     assert len(notices) == 1, notices  # once
     assert "outputs of cell [1] were published while no frontend was connected" in notices[0], notices
     assert "`%klbr replay 1` brings them back" in notices[0], notices
@@ -144,6 +157,8 @@ def _noticed_once(km) -> None:
     try:
         _, outputs = execute(other, "%klbr replay 1")
         assert _lines(outputs) == [f"line {i}" for i in range(20)]
+        # Acted on: the notice no longer holds, and its words leave every notebook that shows it.
+        assert _cleared(outputs) == ["klbr-unseen-1"] and _notices(outputs) == []
     finally:
         other.stop_channels()
 
@@ -164,7 +179,8 @@ def test_a_cell_that_outlives_its_frontend_is_noticed_by_the_next_one(tmp_path):
                        and m["msg_type"] == "status" and m["content"]["execution_state"] == "idle"):
                 pass  # the cell has ended
             _, outputs = execute(other, "'next'")
-            notice = stream_text(outputs, "stderr")
+            (notice,) = _notices(outputs)
+            assert stream_text(outputs, "stderr") == ""  # a display of its own, not the cell's stderr
             assert "cell [1] ended after the frontend that ran it disconnected, so its 20 outputs reached no notebook" \
                 in notice and "`%klbr replay 1`" in notice
             _, outputs = execute(other, "%klbr replay 1")  # the line the notice gave

@@ -17,13 +17,16 @@ from typing import TYPE_CHECKING, Any
 
 from klbr_supervisor.messages.protocol import as_bytes
 from klbr_supervisor.messages.wire import loads
-from klbr_supervisor.store import CellRecord, Store, StoreError, queries
+from klbr_supervisor.store import CellRecord, Store, StoreError, lineage, queries
 
 from ..requests.outcomes import cell_status
 from ..requests.request import Request
+from .notebook import Notebook
 
 if TYPE_CHECKING:
     from typing_extensions import Buffer  # bytes, or a zmq.Frame as received (collections.abc's from 3.12)
+
+    from klbr_supervisor.generation import Generation
 
 # iopub messages that are a cell's outputs (what an exported notebook shows).
 OUTPUT_TYPES = frozenset({"stream", "display_data", "update_display_data", "execute_result", "error", "clear_output"})
@@ -54,8 +57,10 @@ def _error_text(content: dict[str, Any]) -> str | None:
 
 
 class CellLog:
-    def __init__(self, store: Store):
+    def __init__(self, store: Store, notebook: Notebook | None = None):
+        """`notebook`: which sessions are the served notebook's history (none named: this one only)."""
         self._store = store
+        self.notebook = notebook or Notebook(None)
 
     @staticmethod
     def is_cell(req: Request) -> bool:
@@ -100,11 +105,14 @@ class CellLog:
     # -- reading (on the loop, with the store's read connection) ------------------------------------
 
     def history(self, content: dict[str, Any], notebook: str | None) -> list[HistoryEntry]:
-        """A history_request's answer, from the log (across generations and sessions)."""
-        # Also asked while the log is unavailable: a None session matches no row, and the earlier
-        # sessions of the notebook are still read.
-        session_id = self._store.session_id
-        return queries.history(self._store.reader(), content, session_id, notebook)  # type: ignore[arg-type]  # queries takes only an int session
+        """A history_request's answer, from the log (across generations and the notebook's sessions)."""
+        reader = self._store.reader()
+        return queries.history(reader, content, self._sessions(reader, notebook))
+
+    def _sessions(self, reader: sqlite3.Connection, path: str | None) -> list[int]:
+        """The notebook's sessions (`Notebook.sessions`). Also asked while the log is unavailable:
+        this session is then none (0 matches no row), and the notebook's earlier ones are still read."""
+        return self.notebook.sessions(reader, path, self._store.session_id or 0)
 
     def recorded_execute(self, req: Request) -> queries.Taken | None:
         """The execute this log took, in any session, under `req`'s client session and msg_id:
@@ -123,28 +131,72 @@ class CellLog:
 
     def recent_cells(self, n: int, notebook: str | None) -> list[sqlite3.Row]:
         """This notebook's last `n` cells, with their store ids and output counts (`%klbr history`)."""
-        reader, session_id = self._store.reader(), self._store.session_id
-        assert session_id is not None, "asked only while recording (see `recording`)"
-        return queries.recent_cells(reader, queries.history_sessions(reader, session_id, notebook), n)
+        reader = self._store.reader()
+        return queries.recent_cells(reader, self._sessions(reader, notebook), n)
 
     def replay_cell(self, notebook: str | None, *, cell_id: int | None = None,
                     count: int | None = None) -> sqlite3.Row | None:
         """The row of the cell `%klbr replay` shows, or None (see `queries.replay_cell`)."""
-        session_id = self._store.session_id
+        session_id, reader = self._store.session_id, self._store.reader()
         assert session_id is not None, "asked only while recording (see `recording`)"
-        return queries.replay_cell(self._store.reader(), session_id, notebook, cell_id=cell_id, count=count)
+        return queries.replay_cell(reader, session_id, self._sessions(reader, notebook), cell_id=cell_id, count=count)
 
     def replay_outputs(self, cell_id: int, before_seq: int | None = None) -> list[dict[str, Any]]:
         """A cell's recorded outputs as a notebook shows them (nbformat's shape), those before `before_seq`."""
         return queries.rendered_outputs(queries.replay_outputs(self._store.reader(), cell_id, before_seq))
 
-    def frontend_cells(self, notebook: str | None, *, previous_sessions: bool) -> dict[str, sqlite3.Row]:
-        """The latest recorded cell for each frontend cell id, of this session (and of the earlier
-        sessions of this notebook); see `queries.latest_by_frontend_cell`."""
-        reader, session_id = self._store.reader(), self._store.session_id
-        assert session_id is not None
-        sessions = queries.notebook_sessions(reader, session_id, notebook) if previous_sessions else [session_id]
-        return queries.latest_by_frontend_cell(reader, sessions)
+    def frontend_cells(self, cell_ids: Sequence[str], *, previous_sessions: bool) -> dict[str, sqlite3.Row]:
+        """The latest recorded cell for each of these frontend cell ids, of this session (or of any:
+        a page's cells are found by their ids, whatever their notebook was called when they ran)."""
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return queries.latest_by_frontend_cell(self._store.reader(), cell_ids,
+                                               None if previous_sessions else session_id)
+
+    def session_cells(self) -> list[sqlite3.Row]:
+        """The latest recorded cell of each frontend cell id this session ran, oldest first."""
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return queries.session_frontend_cells(self._store.reader(), session_id)
+
+    def records(self, ids: Sequence[int], *, previous_sessions: bool) -> list[sqlite3.Row]:
+        """The recorded frontend cells with these store ids, of this session (or of any)."""
+        return queries.records(self._store.reader(), ids, None if previous_sessions else self._store.session_id)
+
+    def notebook_holds(self, cell_ids: Sequence[str]) -> list[int]:
+        """A page said which cells the notebook holds: the sessions that are its history now (this one among them)."""
+        reader = self._store.reader()
+        self.notebook.cells_are(reader, cell_ids)
+        return self._sessions(reader, None)
+
+    def generations(self) -> list[sqlite3.Row]:
+        """This session's generations, each with its cells counted (`queries.generations`)."""
+        session_id = self._store.session_id
+        return queries.generations(self._store.reader(), session_id) if session_id is not None else []
+
+    def served_generations(self) -> list[sqlite3.Row]:
+        """This session's generations that served, oldest first (`lineage.generations`)."""
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return lineage.generations(self._store.reader(), session_id)
+
+    def generation_cells(self, number: int) -> list[sqlite3.Row]:
+        """The cells generation `number` of this session ran, in the order they ran (`lineage`)."""
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return lineage.generation_cells(self._store.reader(), session_id, number)
+
+    def cell_generations(self) -> dict[str, int]:
+        """Each frontend cell id of this session: the last generation that has what it made (`lineage`)."""
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return lineage.cell_generations(self._store.reader(), session_id)
+
+    def ended_by_request(self, number: int) -> bool:
+        """Whether a cell of generation `number` asked for its end (`host.restart`, `host.relocate`)."""
+        session_id = self._store.session_id
+        assert session_id is not None, "asked only while recording (see `recording`)"
+        return lineage.ended_by_request(self._store.reader(), session_id, number)
 
     async def settled(self) -> None:
         """Return once every write submitted so far is committed (what was sent is also readable)."""
@@ -190,6 +242,23 @@ class CellLog:
         status = cell_status(content, own=execute.outcome, interrupted=execute.interrupted)
         return self._store.cell_finished(execute.record, status=status, count=content.get("execution_count"),
                                          error=_error_text(content), reply=content, generation=generation, done=then,
+                                         memory_peak=memory.cell_ended() if memory is not None else None)
+
+    def rebuilt_started(self, record: CellRecord, then: Then) -> bool:
+        """A cell `%klbr rebuild` runs again (`record.rebuild_of`), `running` before its worker sees it
+        (semantics 3), as `start` writes a frontend's."""
+        return self._store.cell_started(record, then)
+
+    def rebuilt_output(self, record: CellRecord, msg_type: str, content: Buffer) -> None:
+        """An output of a rebuilt cell: kept in the log, as `output` keeps a cell's."""
+        self._store.output(record, msg_type, content)
+
+    def rebuilt_finished(self, record: CellRecord, content: dict[str, Any], status: str, generation: Generation,
+                         then: Then) -> bool:
+        """A rebuilt cell's outcome (`status`, decided by the rebuild), `content` its reply."""
+        memory = generation.memory
+        return self._store.cell_finished(record, status=status, count=None, error=_error_text(content), reply=content,
+                                         generation=generation.number, done=then,
                                          memory_peak=memory.cell_ended() if memory is not None else None)
 
     def answered(self, req: Request, content: dict[str, Any], then: Then,

@@ -10,17 +10,21 @@ Following a running or queued cell is `comm_follow`'s.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from jupyter_client.session import Session
 
+from klbr_supervisor.store.store import now
 from klbr_supervisor.supervisor import Supervisor
 
 from .._version import __version__
+from ..cell_log.notices import Notices
 from ..cell_log.recording import CellLog, frontend_cell_id
 from ..frontend.sockets import Frontend
+from ..magics.commands import restarted_text
 from ..magics.status import status_rows
 from ..requests.queue import ShellQueue
 from ..requests.request import Phase, Request
@@ -32,13 +36,16 @@ from .ops import (
     TARGET,
     CellsRequest,
     CommError,
+    NotebookRequest,
     NotRecording,
     op_of,
     request_id,
+    restored_ids,
     speaks,
     unfollow_target,
     unsupported,
 )
+from .plan import plan_answer
 from .restore import UNMATCHED_LISTED, Chunks, Json, entry, unmatched
 
 if TYPE_CHECKING:
@@ -48,8 +55,12 @@ log = logging.getLogger(__name__)
 # The least change of the worker's memory that is pushed as `state` (checked as each request ends;
 # it moves by an eighth of itself otherwise): the status item follows a growing worker, not noise.
 MEMORY_STEP = 32 << 20
+# Seconds between looks at the worker's memory while a klbr comm is open, so the status item moves
+# while a cell runs (the worker is sampled about as often: `klbr_supervisor.memory.INTERVAL`).
+MEMORY_LOOK = 1.0
 
 Start = Callable[[Coroutine[Any, Any, Any], str, Request | None], None]
+Guard = Callable[..., None]
 
 
 class KlbrComms:
@@ -57,13 +68,18 @@ class KlbrComms:
     called by `Dispatch`, `changed` by the proxy when a generation or the store may have changed."""
 
     def __init__(self, frontend: Frontend, brackets: Brackets, session: Session, cell_log: CellLog,
-                 supervisor: Supervisor, queue: ShellQueue, start: Start):
+                 supervisor: Supervisor, queue: ShellQueue, notices: Notices, start: Start, guard: Guard):
+        """`notices`: told which cells' outputs a page got back; `start(work, what, req)` runs what
+        is asynchronous; `guard(req, handle, *args)` calls a timer's work inside the error boundary."""
         self._frontend = frontend
         self._brackets = brackets
         self._session = session
         self._cell_log = cell_log
         self._supervisor = supervisor
+        self._notices = notices
         self._start = start
+        self._guard = guard
+        self._look: asyncio.TimerHandle | None = None  # the next look at the worker's memory
         self._following = Following(queue, self._push)
         self._comms: dict[str, OpenComm] = {}
         self._state: tuple[object, ...] | None = None  # what was last pushed as `state`
@@ -95,13 +111,15 @@ class KlbrComms:
         self._done(req)
 
     def changed(self) -> None:
-        """Push `state` to every open klbr comm if the generation, placement or recording changed,
-        or the worker's memory moved by an eighth (32 MiB at least) since the last push."""
+        """Push `state` to every open klbr comm if the generation, placement, recording or notebook
+        changed, or the worker's memory moved by an eighth (32 MiB at least) since the last push.
+        Called as each request ends, and about once a second while a comm is open (a cell that
+        allocates is seen growing)."""
         if not self._comms:
             return
         generation = self._supervisor.current
         key = (generation.number if generation is not None else None, self._supervisor.where.spec,
-               self._cell_log.recording_state())
+               self._cell_log.recording_state(), self._supervisor.notebook)
         memory = generation.memory.now if generation is not None and generation.memory is not None else 0
         if key == self._state and abs(memory - self._memory) <= max(MEMORY_STEP, self._memory // 8):
             return  # the common case, after every request: four reads (memory is the last sample's)
@@ -125,6 +143,16 @@ class KlbrComms:
             self._close(oldest)
             self._frontend.send_iopub("comm_close", {"comm_id": oldest, "data": {}}, req.header)
         self._comms[comm_id] = OpenComm(comm_id, req.header)
+        if self._look is None:
+            self._look = asyncio.get_running_loop().call_later(MEMORY_LOOK, self._guard, None, self._look_again)
+
+    def _look_again(self) -> None:
+        """The memory timer: `changed`, and again in a second while a comm is open."""
+        self._look = None
+        if not self._comms:
+            return
+        self._look = asyncio.get_running_loop().call_later(MEMORY_LOOK, self._guard, None, self._look_again)
+        self.changed()
 
     def _close(self, comm_id: str) -> None:
         comm = self._comms.pop(comm_id, None)
@@ -155,6 +183,17 @@ class KlbrComms:
             elif op == "restart":
                 self._start(self._restart(req, comm, rid), "a klbr comm's restart", req)
                 return
+            elif op == "plan":
+                self._start(self._plan(req, comm, rid), "a klbr comm's plan request", req)
+                return
+            elif op == "notebook":
+                self._notebook(req, comm, rid, NotebookRequest.parse(data))
+            elif op == "restored":
+                ids = restored_ids(data)
+                self._notices.reached(ids, req.header)
+                self._push(comm, req.header, {"op": "restored", "id": rid})
+            elif op == "generations":
+                self._generations(req, comm, rid)
         except CommError as e:
             self._error(comm.comm_id, req.header, rid, e)
         self._done(req)
@@ -183,12 +222,13 @@ class KlbrComms:
     def _answer_cells(self, req: Request, comm: OpenComm, rid: str | int, ask: CellsRequest,
                       live: Request | None, before: int | None) -> None:
         cell_log = self._cell_log
-        rows = cell_log.frontend_cells(self._supervisor.notebook, previous_sessions=ask.previous_sessions)
-        by_record = {row["id"]: row for row in rows.values()}
         wanted = list(dict.fromkeys(ask.cell_ids))
+        rows = cell_log.frontend_cells(wanted, previous_sessions=ask.previous_sessions)
         chosen = [rows[cell_id] for cell_id in wanted if cell_id in rows]
         taken = {row["id"] for row in chosen}
-        chosen += [by_record[i] for i in dict.fromkeys(ask.record_ids) if i in by_record and i not in taken]
+        asked = list(dict.fromkeys(ask.record_ids))
+        chosen += [row for row in cell_log.records(asked, previous_sessions=ask.previous_sessions)
+                   if row["id"] not in taken]
         chunks, k = Chunks(ask.max_chunk_bytes), 0
         live_id = live.record.id if live is not None and live.record is not None else None
         for row in chosen:
@@ -199,24 +239,47 @@ class KlbrComms:
                 self._push(comm, req.header,
                            {"op": "cells", "id": rid, "chunk": k, "last": False, "cells": full})
                 k += 1
-        session = cell_log.session_id
-        listed = set(wanted)
-        missing = [unmatched(row) for row in reversed(list(rows.values()))
-                   if row["session_id"] == session and row["frontend_cell_id"] not in listed
-                   and row["id"] not in ask.record_ids][:UNMATCHED_LISTED]
+        listed, named = set(wanted), set(asked)
+        missing = [unmatched(row) for row in reversed(cell_log.session_cells())
+                   if row["frontend_cell_id"] not in listed and row["id"] not in named][:UNMATCHED_LISTED]
         queued = [{"cell_id": frontend_cell_id(r), "msg_id": r.msg_id, "code": r.code}
                   for r in self._following.live_cells() if r is not live]
         self._push(comm, req.header, {
-            "op": "cells", "id": rid, "chunk": k, "last": True, "cells": chunks.rest(), "session": session,
-            "unmatched": missing, "queued": queued, "following": sorted(comm.following)})
+            "op": "cells", "id": rid, "chunk": k, "last": True, "cells": chunks.rest(),
+            "session": cell_log.session_id, "unmatched": missing, "queued": queued,
+            "following": sorted(comm.following)})
+
+    def _notebook(self, req: Request, comm: OpenComm, rid: str | int, ask: NotebookRequest) -> None:
+        """A page says where its notebook is now and which cells it holds: the session is filed
+        under that path, and its history is the sessions that ran one of those cells."""
+        cell_log = self._cell_log
+        path = cell_log.notebook.absolute(ask.path, ask.server_root)
+        sessions = cell_log.notebook_holds(ask.cell_ids) if cell_log.recording else []
+        self._supervisor.notebook_moved(path)
+        self._push(comm, req.header, {"op": "notebook", "id": rid, "notebook": path, "sessions": sessions})
+        self.changed()
+
+    def _generations(self, req: Request, comm: OpenComm, rid: str | int) -> None:
+        """This session's generations, for the status dialog's picture."""
+        rows = [dict(row) for row in self._cell_log.generations()] if self._cell_log.recording else []
+        self._push(comm, req.header, {"op": "generations", "id": rid, "generations": rows, "now": now()})
+
+    async def _plan(self, req: Request, comm: OpenComm, rid: str | int) -> None:
+        """What a rebuild would run, and which generation each cell's results belong to."""
+        cell_log = self._cell_log
+        if not cell_log.recording:
+            self._error(comm.comm_id, req.header, rid,
+                        NotRecording("the cell log is not available in this session: there is no plan"))
+        else:
+            await cell_log.settled()
+            self._push(comm, req.header, {"op": "plan", "id": rid, **plan_answer(cell_log, self._supervisor)})
+        self._done(req)
 
     async def _restart(self, req: Request, comm: OpenComm, rid: str | int) -> None:
         """As `%klbr restart`: a fresh generation; answered once it has taken over (or failed to)."""
         old = self._supervisor.current
         await self._supervisor.restart()
-        new = self._supervisor.current
-        text = (f"generation {old.number if old else '-'} ended; generation "
-                f"{new.number if new else '-'} takes over with a fresh namespace")
+        text = restarted_text(old, self._supervisor.current)
         self._push(comm, req.header, {"op": "restart", "id": rid, "text": text, **self._state_fields()})
         if req.phase is Phase.PROXY:
             self._done(req)

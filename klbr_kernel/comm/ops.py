@@ -12,11 +12,12 @@ from .restore import Json, chunk_limit
 
 TARGET = "klbr"
 PROTOCOL = 1
-OPS = frozenset({"hello", "cells", "unfollow", "restart"})
+OPS = frozenset({"hello", "cells", "unfollow", "restart", "plan", "notebook", "restored", "generations"})
 MAX_COMMS = 64  # klbr comms open at once; opening one more closes the oldest (a page gone for good)
 MAX_COMM_ID = 256  # characters of a comm id answered (longer ones are dropped: echoing them costs)
 MAX_REQUEST_ID = 64
 MAX_CELL_IDS = 100_000
+MAX_PATH = 4096  # characters of a notebook path (PATH_MAX)
 _CELL_ID = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 
 
@@ -97,6 +98,66 @@ def unfollow_target(data: Json) -> str:
     return msg_id
 
 
+def _cell_ids(value: object, name: str = "cell_ids") -> list[str]:
+    """A list of nbformat 4.5 cell ids."""
+    if not isinstance(value, list):
+        msg = f"'{name}' is a list"
+        raise MalformedRequest(msg)
+    if len(value) > MAX_CELL_IDS:
+        msg = f"at most {MAX_CELL_IDS} cell ids in one request"
+        raise TooLarge(msg)
+    if not all(isinstance(c, str) and _CELL_ID.match(c) for c in value):
+        msg = "a cell id is 1 to 64 characters of a-z, A-Z, 0-9, - and _"
+        raise MalformedRequest(msg)
+    return value
+
+
+def _record_ids(value: object) -> list[int]:
+    """A list of the store's cell ids."""
+    if not isinstance(value, list):
+        msg = "'record_ids' is a list"
+        raise MalformedRequest(msg)
+    if len(value) > MAX_CELL_IDS:
+        msg = f"at most {MAX_CELL_IDS} cell ids in one request"
+        raise TooLarge(msg)
+    if not all(isinstance(r, int) and not isinstance(r, bool) for r in value):
+        msg = "a record id is an integer (the store's cells.id)"
+        raise MalformedRequest(msg)
+    return value
+
+
+def _path(value: object, name: str) -> str:
+    """A path: a string of 1 to `MAX_PATH` characters, no NUL."""
+    if not isinstance(value, str) or not value.strip("/") or "\0" in value:
+        msg = f"'{name}' is a path: a string, not empty, with no NUL"
+        raise MalformedRequest(msg)
+    if len(value) > MAX_PATH:
+        msg = f"'{name}' has at most {MAX_PATH} characters"
+        raise TooLarge(msg)
+    return value
+
+
+@dataclass(frozen=True)
+class NotebookRequest:
+    """A `notebook` request, checked: where the notebook is now (its path as the server's API
+    names it, and the server's root if the page knows it), and the ids of the cells it holds."""
+
+    path: str
+    cell_ids: list[str]
+    server_root: str | None
+
+    @classmethod
+    def parse(cls, data: Json) -> NotebookRequest:
+        root = data.get("server_root")
+        return cls(_path(data.get("path"), "path"), _cell_ids(data.get("cell_ids", [])),
+                   _path(root, "server_root") if root not in (None, "") else None)
+
+
+def restored_ids(data: Json) -> list[int]:
+    """The record ids a `restored` request names."""
+    return _record_ids(data.get("record_ids", []))
+
+
 @dataclass(frozen=True)
 class CellsRequest:
     """A `cells` request, checked: which cells, from which sessions, followed or not, in chunks of
@@ -110,19 +171,10 @@ class CellsRequest:
 
     @classmethod
     def parse(cls, data: Json) -> CellsRequest:
-        cell_ids, record_ids = data.get("cell_ids", []), data.get("record_ids", [])
-        if not isinstance(cell_ids, list) or not isinstance(record_ids, list):
-            msg = "'cell_ids' and 'record_ids' are lists"
-            raise MalformedRequest(msg)
+        cell_ids, record_ids = _cell_ids(data.get("cell_ids", [])), _record_ids(data.get("record_ids", []))
         if len(cell_ids) + len(record_ids) > MAX_CELL_IDS:
             msg = f"at most {MAX_CELL_IDS} cell ids in one request"
             raise TooLarge(msg)
-        if not all(isinstance(c, str) and _CELL_ID.match(c) for c in cell_ids):
-            msg = "a cell id is 1 to 64 characters of a-z, A-Z, 0-9, - and _"
-            raise MalformedRequest(msg)
-        if not all(isinstance(r, int) and not isinstance(r, bool) for r in record_ids):
-            msg = "a record id is an integer (the store's cells.id)"
-            raise MalformedRequest(msg)
         flags = {name: data.get(name, False) for name in ("previous_sessions", "follow")}
         if not all(isinstance(v, bool) for v in flags.values()):
             msg = "'previous_sessions' and 'follow' are true or false"

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from klbr_supervisor.generation import Generation
+from klbr_supervisor.memory import size_text
 from klbr_supervisor.supervisor import Supervisor
 
 from ..cell_log.recording import CellLog
@@ -36,6 +37,36 @@ def history_text(supervisor: Supervisor, cell_log: CellLog, n: int) -> str:
     return "\n".join(lines) + "\n" if lines else "No cells recorded yet.\n"
 
 
+def restarted_text(old: Generation | None, new: Generation | None) -> str:
+    """What a restart says it did (`%klbr restart`, the extension's Restart), from which generation to which."""
+    before = f"generation {old.number} ended" if old else "no generation was running"
+    pid = f" (pid {new.pid})" if new is not None and new.pid else ""
+    after = f"generation {new.number}{pid} takes over" if new is not None else "a new generation is starting"
+    return f"Restarted: {before}; {after} with a fresh namespace."
+
+
+def _limit(n: int | None) -> str:
+    return size_text(n) if n else "none"
+
+
+def memory_text(supervisor: Supervisor, limit: str | None) -> str:
+    """`%klbr memory [LIMIT]`: the next generation's memory limit set (`none` or 0: no limit), or said."""
+    current = supervisor.current
+    applied = _limit(current.memory_limit) if current is not None else None
+    if limit is not None:
+        supervisor.set_memory_limit("" if limit.lower() == "none" else limit)  # a bad one: TraitError, a ValueError
+    nxt = _limit(supervisor.memory_limit_bytes)
+    text = f"The next generation's memory limit is {nxt}"
+    if current is not None and applied != nxt:
+        text += (f"; generation {current.number} keeps {'no limit' if applied == 'none' else applied} until it ends "
+                 "(`%klbr restart` starts the next one now)")
+    elif current is not None:
+        text += f", as generation {current.number}'s"
+    if supervisor.memory_limit_bytes and current is not None and not current.target.limits_memory:
+        text += f". The {supervisor.where} placement does not apply one"
+    return text + ".\n"
+
+
 def _moved(what: str, old: Generation | None, new: Generation | None, supervisor: Supervisor) -> str:
     """What `%klbr placement SPEC` and `%klbr reconnect` print: from where to where, and how it went."""
     before = f"generation {old.number} ended" if old else "no generation was running"
@@ -57,10 +88,9 @@ async def magic_output(magic: Magic, supervisor: Supervisor, cell_log: CellLog,
     if magic.command == "restart":
         old = supervisor.current
         await supervisor.restart()
-        new = supervisor.current
-        before = f"generation {old.number} ended" if old else "no generation was running"
-        after = f"generation {new.number} (pid {new.pid}) takes over" if new and new.pid else "a new generation is starting"
-        return f"Restarted: {before}; {after} with a fresh namespace.\n"
+        return restarted_text(old, supervisor.current) + "\n"
+    if magic.command == "memory":
+        return memory_text(supervisor, magic.args[0] if magic.args else None)
     if magic.command == "timeout":
         seconds = float(magic.args[0])
         supervisor.set_session_timeout(seconds)

@@ -8,7 +8,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-COMMANDS = ("status", "restart", "placement", "reconnect", "timeout", "history", "replay")
+from klbr_supervisor.memory import parse_size
+
+COMMANDS = ("status", "restart", "placement", "reconnect", "timeout", "history", "replay", "rebuild", "memory")
 _LINE = re.compile(r"^%klbr(?:\s+(?P<rest>.*))?$")
 _CELL = re.compile(r"^%%klbr\s+timeout\s*=\s*(?P<seconds>\S+)\s*$")
 _IN = re.compile(r"^In\[(?P<count>\d+)\]$")
@@ -50,6 +52,45 @@ def replay_spec(args: tuple[str, ...]) -> ReplaySpec:
     return ReplaySpec(count=int(match.group("count")), follow=follow)
 
 
+@dataclass(frozen=True)
+class RebuildSpec:
+    """`%klbr rebuild [--plan] [--generation N] [--include-errors]`."""
+
+    plan: bool = False
+    generation: int | None = None
+    include_errors: bool = False
+
+
+def rebuild_spec(args: tuple[str, ...]) -> RebuildSpec:
+    """Raises `MagicError` for anything but the three options, each at most once."""
+    usage = "usage: %klbr rebuild [--plan] [--generation N] [--include-errors]"
+    rest, generation = list(args), None
+    if "--generation" in rest:
+        at = rest.index("--generation")
+        if at + 1 >= len(rest) or not rest[at + 1].isdigit():
+            raise MagicError(usage + "   (N: a generation's number, `%klbr status` shows the current one)")
+        generation = int(rest[at + 1])
+        del rest[at:at + 2]
+    flags = set(rest)
+    if len(flags) != len(rest) or not flags <= {"--plan", "--include-errors"}:
+        raise MagicError(usage)
+    return RebuildSpec("--plan" in flags, generation, "--include-errors" in flags)
+
+
+def memory_limit(args: tuple[str, ...]) -> None:
+    """Raises `MagicError` unless `args` is nothing, or one limit `Supervisor.memory_limit` takes
+    (bytes, or 512M, 8G), or `none` (or 0): no limit."""
+    usage = "usage: %klbr memory [LIMIT]   (bytes, or a number with K, M, G or T: 512M, 8G; none or 0: no limit)"
+    if len(args) > 1:
+        raise MagicError(usage)
+    if args and args[0].lower() != "none":
+        try:
+            parse_size(args[0])
+        except ValueError as e:
+            msg = f"{e}\n{usage}"
+            raise MagicError(msg) from None
+
+
 def line_magics(code: str) -> list[Magic] | None:
     """The `%klbr` commands of a cell made only of them (blank lines and comments allowed), else None.
 
@@ -86,6 +127,10 @@ def line_magics(code: str) -> list[Magic] | None:
             raise MagicError(msg)
         elif command == "replay":
             replay_spec(args)
+        elif command == "rebuild":
+            rebuild_spec(args)
+        elif command == "memory":
+            memory_limit(args)
         magics.append(Magic(command, args))
     return magics
 

@@ -7,26 +7,38 @@ is when a reconnected notebook needs one).
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
+from ..cell_log.notices import Notices
 from ..cell_log.recording import CellLog
 from ..cell_log.replay import Follower, Show, header, messages
 from ..frontend.sockets import Frontend
 from ..requests.queue import ShellQueue
 from ..requests.request import Request
-from .parse import MagicError, ReplaySpec
+from .parse import Magic, MagicError, ReplaySpec, replay_spec
 
 
 class Replay:
-    def __init__(self, frontend: Frontend, cell_log: CellLog, queue: ShellQueue, notebook: str | None, show: Show):
-        """`queue`: where the cell still running is; `notebook`: whose cells are replayed;
+    def __init__(self, frontend: Frontend, cell_log: CellLog, queue: ShellQueue, notebook: Callable[[], str | None],
+                 notices: Notices, show: Show):
+        """`queue`: where the cell still running is; `notebook()`: the path of the notebook whose
+        cells are replayed; `notices`: told that a replayed cell's outputs reached a notebook;
         `show(req, msg_type, content)`: an output of the replay cell's own (its header line),
         shown and recorded (`OwnAnswers.output`)."""
         self._frontend = frontend
         self._cell_log = cell_log
         self._queue = queue
         self._notebook = notebook
+        self._notices = notices
         self._show = show
+
+    def acted_on(self, magics: Iterable[Magic]) -> None:
+        """A cell of these `%klbr` lines is about to start: the notices of the cells it replays by
+        id are not given in it (`run` empties those that were shown)."""
+        ids = [spec.cell_id for spec in (replay_spec(m.args) for m in magics if m.command == "replay")
+               if spec.cell_id is not None]
+        self._notices.withhold(ids)
 
     def publish(self, req: Request, msg_type: str, content: dict[str, Any]) -> None:
         """A replayed output: shown as the replay cell's, not recorded again."""
@@ -50,9 +62,10 @@ class Replay:
                 followed.follow(follower)
         try:
             await cell_log.settled()
-            row = cell_log.replay_cell(self._notebook, cell_id=spec.cell_id, count=spec.count)
+            row = cell_log.replay_cell(self._notebook(), cell_id=spec.cell_id, count=spec.count)
             if row is None:
                 raise MagicError(self._missing(spec))
+            self._notices.reached([row["id"]], req.header)
             running = live if record is not None and record.id == row["id"] else None  # the cell replayed runs
             text = header(row, running=running is not None, follow=follower is not None,
                           count=running.count if running is not None else None)

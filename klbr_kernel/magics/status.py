@@ -29,15 +29,18 @@ def _identity(identity: dict[str, Any] | None) -> str:
             f"{identity.get('version')} at {identity.get('interpreter')}, cwd {identity.get('cwd')}")
 
 
-def _memory(memory: MemoryStatus | None, configured: int | None, applied: int | None) -> str:
-    """The worker's memory now and at its peak, and its limit."""
+def _memory(memory: MemoryStatus | None, configured: int | None, applied: int | None, limits: bool | None) -> str:
+    """The worker's memory now and at its peak, and its limit (`limits`: whether its placement
+    applies one; one set since it started, `%klbr memory`, is the next generation's)."""
     if memory is None:
         if not configured:
             return "-"
         return (f"not sampled; limit {size_text(applied)}" if applied
                 else f"not sampled; limit {size_text(configured)} (not on this placement)")
     limit = (f"limit {size_text(memory['limit'])}" if memory["limit"]
-             else "no limit" if not configured else f"limit {size_text(configured)} not applied on this placement")
+             else "no limit" if not configured
+             else f"no limit (the next generation's: {size_text(configured)})" if limits
+             else f"limit {size_text(configured)} not applied on this placement")
     return f"{size_text(memory['rss'])} now, {size_text(memory['peak'])} peak, {limit}"
 
 
@@ -66,7 +69,7 @@ def status_rows(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | 
         ("restarts", f"{st['restarts']} of {st['restart_limit']} in the last {st['restart_window']:g} s"),
         ("cell timeout", f"{timeout:g} s" if timeout else "none"),
         ("interrupt grace", f"{st['interrupt_grace']:g} s"),
-        ("memory", _memory(st["memory"], st["memory_limit"], st["memory_applied"])),
+        ("memory", _memory(st["memory"], st["memory_limit"], st["memory_applied"], st["memory_limits"])),
         ("cell log", cell_log.state_text()),
         ("dropped", frontend.drops.status() if frontend is not None else "-"),
     ]

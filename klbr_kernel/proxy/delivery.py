@@ -15,6 +15,7 @@ import asyncio
 import logging
 from collections.abc import Callable
 from functools import partial
+from typing import TYPE_CHECKING
 
 from jupyter_client.session import Session
 
@@ -42,6 +43,9 @@ from .brackets import Brackets
 from .own import OwnAnswers
 from .stdin import StdinRelay
 
+if TYPE_CHECKING:
+    from .rebuilt import RebuiltCells  # which imports this module's NO_REPLY_GRACE
+
 log = logging.getLogger(__name__)
 
 # Seconds a request's reply may trail its idle (they travel on different sockets) before the worker
@@ -56,9 +60,10 @@ GRACE_CHECK = 1.0
 class Delivery:
     def __init__(self, boundary: Boundary, *, current: Current, queue: ShellQueue, supervisor: Supervisor,
                  cell_log: CellLog, own: OwnAnswers, brackets: Brackets, stdin: StdinRelay, frontend: Frontend,
-                 session: Session, counts: ExecutionCounts):
+                 session: Session, counts: ExecutionCounts, rebuilt: RebuiltCells):
         """`session`: the frontend's, which builds the worker's copy of an execute; `counts`: what
-        the frontend was shown, which the worker's counts move on."""
+        the frontend was shown, which the worker's counts move on; `rebuilt`: the cell `%klbr
+        rebuild` runs again, whose messages go there, not to the frontend."""
         self._boundary = boundary
         self._current = current
         self._queue = queue
@@ -70,6 +75,7 @@ class Delivery:
         self._frontend = frontend
         self._session = session
         self._counts = counts
+        self._rebuilt = rebuilt
         self.notice: str | None = None  # stderr text the next cell starts with
         self._told_unrecorded = False
         self._grace_timer: asyncio.TimerHandle | None = None  # armed while a request is in its grace
@@ -126,6 +132,11 @@ class Delivery:
         """A message from the current generation (the supervisor's `WorkerListener`): about the
         request it answers, if one waits for it. What a worker still says of a request the error
         boundary answered goes nowhere, and its idle frees the queue."""
+        rebuilt = self._rebuilt.cell
+        if rebuilt is not None and wire.parent_id == rebuilt.msg_id:  # a cell `%klbr rebuild` runs again
+            self.notice = None  # the loss was answered: the user rebuilds what it took
+            self._boundary.guard(None, self._rebuilt.message, channel, wire)
+            return
         abandoned = self._queue.abandoned
         if abandoned is not None and wire.parent_id == abandoned[0]:
             if channel == "iopub" and wire.msg_type == "status" and wire.execution_state == "idle":

@@ -32,7 +32,7 @@ from klbr_supervisor.states import Ending, EndReason
 from ..frontend.sockets import Frontend
 from ..requests.counts import ExecutionCounts
 from ..requests.current import Current
-from ..requests.outcomes import CellError, ending_error, refusal_error, timeout_error
+from ..requests.outcomes import REBUILD_LINE, CellError, ending_error, refusal_error, timeout_error, with_rebuild_line
 from ..requests.queue import ShellQueue
 from ..requests.request import CONTROL_REPLIES, QUEUED, Phase, Request
 from ..requests.states import LinkState
@@ -40,15 +40,22 @@ from .boundary import Boundary
 from .brackets import Brackets
 from .delivery import Delivery
 from .own import OwnAnswers
+from .rebuilt import RebuiltCells
 
 
 class Endings:
     def __init__(self, boundary: Boundary, *, current: Current, queue: ShellQueue, own: OwnAnswers,
                  delivery: Delivery, forward: Callable[[Request], None], pump: Callable[[Refusal | None], None],
-                 brackets: Brackets, frontend: Frontend, counts: ExecutionCounts, state_changed: Callable[[], None]):
+                 brackets: Brackets, frontend: Frontend, counts: ExecutionCounts, state_changed: Callable[[], None],
+                 rebuilt: RebuiltCells, interrupt_grace: float | None = None):
         """`forward(req)`: send on what waited for a generation (`Dispatch.forward`); `pump(refusal)`:
         start what is queued (`Dispatch.pump`), refused with `refusal` if one is given;
-        `state_changed`: the klbr comm's push of the generation's state, once the handover is over."""
+        `state_changed`: the klbr comm's push of the generation's state, once the handover is over;
+        `rebuilt`: the cell `%klbr rebuild` runs again, which ends with its generation;
+        `interrupt_grace`: the seconds an interrupt has before its worker is killed (the setting,
+        named in the error of a cell that ignored one)."""
+        self._interrupt_grace = interrupt_grace
+        self._refusal: Refusal | None = None  # what the end being answered is followed by
         self._boundary = boundary
         self._current = current
         self._queue = queue
@@ -60,6 +67,7 @@ class Endings:
         self._forward = forward
         self._brackets = brackets
         self._frontend = frontend
+        self._rebuilt = rebuilt
 
     def ready(self, generation: Generation) -> None:
         """`generation` takes requests (the supervisor says so): what waited for one goes to it."""
@@ -88,10 +96,12 @@ class Endings:
 
     def _ended(self, generation: Generation, ending: Ending, refusal: Refusal | None) -> None:
         current, guard = self._current, self._boundary.guard
+        self._refusal = refusal
         was_current = current.generation is generation
         debugging = current.state is LinkState.DEBUGGING
         waiting = current.ended(f"generation {generation.number} ended: {ending.reason.value}")
         inflight = self._queue.inflight
+        rebuilding = self._rebuilt.ended(generation, ending)  # a cell `%klbr rebuild` ran again on it
         if ending.reason is EndReason.SHUTDOWN:
             for req in waiting.values():
                 guard(req, self._own.abort, req)
@@ -102,10 +112,11 @@ class Endings:
         self._close_worker_state(debugging)
         if inflight is not None and inflight.generation is generation and inflight.with_worker:
             guard(inflight, self._inflight_ended, inflight, ending, generation)
-        elif was_current and ending.reason is EndReason.LOST:
+        elif was_current and ending.reason is EndReason.LOST and not rebuilding:
             self._delivery.notice = (
-                f"klbr: the worker of generation {generation.number} (pid {generation.pid}) "
-                f"{ending.how} while idle; its namespace is gone. This cell runs in a new generation.\n"
+                f"klbr: the worker of generation {generation.number} (pid {generation.pid}) ended while idle: "
+                f"{ending.how}. Its namespace is gone; this cell runs in a new generation.\n"
+                f"{REBUILD_LINE}\n"
             )
         if ending.reason is EndReason.START_FAILED:
             # No worker to wait for: everything queued gets the same answer now, never a hang.
@@ -155,12 +166,15 @@ class Endings:
             self._close_forwarded(req, ending, generation)
 
     def error(self, ending: Ending, generation: Generation, req: Request) -> CellError:
-        """The error that tells `req` how its generation ended."""
+        """The error that tells `req` how its generation ended; when its namespace is gone, it ends
+        with the line that shows how to rebuild it."""
         last = self._counts.last
         if ending.reason is EndReason.DEADLINE and req.msg_type == "execute_request":
             deadline = req.running.deadline if req.running is not None else None
-            return timeout_error(req.count or last + 1, deadline.seconds if deadline is not None else None,
-                                 killed=True, generation=generation.number, pid=generation.pid, how=ending.how)
+            return with_rebuild_line(timeout_error(
+                req.count or last + 1, deadline.seconds if deadline is not None else None, killed=True,
+                generation=generation.number, pid=generation.pid, how=ending.how))
         count = req.count if req.count is not None else last + 1
         cell = f"cell [{count}]" if req.msg_type == "execute_request" and req.counts else "this request"
-        return ending_error(ending, generation=generation.number, pid=generation.pid, cell=cell)
+        return with_rebuild_line(ending_error(ending, generation=generation.number, pid=generation.pid, cell=cell,
+                                              grace=self._interrupt_grace, refusal=self._refusal))

@@ -43,10 +43,11 @@ class Lifecycle:
     async def interrupt(self) -> None:
         """Interrupt the current generation (an interrupt_request, SIGINT). The execute it runs is
         marked first, before the interrupt can land, so a KeyboardInterrupt it replies with is known
-        for klbr's doing (`interrupted` in the cell log), never taken from the error's name."""
+        for klbr's doing (`interrupted` in the cell log), never taken from the error's name; so is a
+        `%klbr` cell the proxy carries out (a rebuild stops before its next cell)."""
         req = self._queue.inflight
-        if (req is not None and req.execute is not None and req.awaits_reply
-                and req.generation is self._current.generation):
+        if req is not None and req.execute is not None and (
+                req.phase is Phase.PROXY or (req.awaits_reply and req.generation is self._current.generation)):
             req.execute.interrupted = True
         await self._supervisor.interrupt()
 

@@ -20,6 +20,7 @@ from jupyter_client.session import Session
 from klbr_supervisor.store import StoreError
 from klbr_supervisor.supervisor import Supervisor
 
+from ..cell_log.notices import Notices
 from ..cell_log.recording import CellLog
 from ..frontend.sockets import Frontend
 from ..requests.counts import ExecutionCounts
@@ -37,11 +38,12 @@ log = logging.getLogger(__name__)
 class OwnAnswers:
     def __init__(self, boundary: Boundary, *, life: Machine[ProxyState], queue: ShellQueue, current: Current,
                  frontend: Frontend, brackets: Brackets, cell_log: CellLog, supervisor: Supervisor, session: Session,
-                 counts: ExecutionCounts, state_changed: Callable[[], None]):
+                 counts: ExecutionCounts, notices: Notices, state_changed: Callable[[], None]):
         """`life`: the proxy's state (what waits is answered at once once it stops); `supervisor`:
         for refusals (a poisoned cell) and the notebook's name; `counts`: where a cell answered here
-        takes its count; `state_changed`: called as each request is released (the store may have
-        paused or resumed with it: the klbr comm says so)."""
+        takes its count; `notices`: of outputs that reached no one, given by the next cell;
+        `state_changed`: called as each request is released (the store may have paused or resumed
+        with it: the klbr comm says so)."""
         self._boundary = boundary
         self._life = life
         self._queue = queue
@@ -52,8 +54,8 @@ class OwnAnswers:
         self._supervisor = supervisor
         self._session = session
         self._counts = counts
+        self._notices = notices
         self._state_changed = state_changed
-        self._unseen: list[str] = []  # notices of cells whose outputs reached no one, for the next cell
 
     def begin(self, req: Request) -> None:
         """An execute the proxy answers starts as a worker's would: busy, its count and In[n], and
@@ -69,24 +71,11 @@ class OwnAnswers:
 
     def notices(self, req: Request, more: str | None = None) -> None:
         """Start a cell's output with what it must tell first (`more`, then outputs that reached no one)."""
-        text = (more or "") + "".join(self._unseen)
-        if text and not req.silent:
-            self._unseen.clear()
-            self.output(req, "stream", {"name": "stderr", "text": text})
-
-    def unseen(self, req: Request) -> None:
-        """`req` is done: if its outputs reached no frontend, the next cell says so, once."""
-        execute = req.execute
-        record = execute.record if execute is not None else None
-        if execute is None or record is None or record.id is None or not (execute.unseen or execute.orphaned):
+        if req.silent:
             return
-        count = f"cell [{execute.count}]" if execute.count is not None else "a cell"
-        if execute.orphaned:
-            what = (f"klbr: {count} ended after the frontend that ran it disconnected, so its "
-                    f"{record.seq} outputs reached no notebook")
-        else:
-            what = f"klbr: {execute.unseen} outputs of {count} were published while no frontend was connected"
-        self._unseen.append(f"{what}; `%klbr replay {record.id}` brings them back.\n")
+        if more:
+            self.output(req, "stream", {"name": "stderr", "text": more})
+        self._notices.show(req)
 
     def here(self, req: Request, *, error: CellError | None = None, stdout: str = "") -> None:
         """Answer a queued request without (further) help from a worker: a `%klbr` cell, a refusal,
@@ -215,7 +204,7 @@ class OwnAnswers:
         req.move(Phase.DONE)
         for send in req.take_held():
             send()
-        self.unseen(req)
+        self._notices.unseen(req)
         if req is self._queue.inflight:
             # An error aborts the executes queued behind it, as ipykernel does.
             status = (req.reply_content or {}).get("status", "ok")

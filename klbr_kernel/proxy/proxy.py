@@ -41,10 +41,13 @@ from klbr_supervisor.supervisor import Supervisor
 from klbr_supervisor.tasks import Tasks
 
 from .. import client_package
+from ..cell_log.notebook import Notebook
+from ..cell_log.notices import Notices
 from ..cell_log.recording import CellLog
 from ..comm.comms import KlbrComms
 from ..frontend.sockets import Frontend
 from ..frontend.standin import MAX_MESSAGE_SIZE
+from ..magics.rebuild import Rebuild
 from ..magics.replay import Replay
 from ..requests.counts import ExecutionCounts
 from ..requests.current import Current
@@ -59,6 +62,7 @@ from .endings import Endings
 from .lifecycle import Lifecycle
 from .magic_cells import MagicCells
 from .own import OwnAnswers
+from .rebuilt import RebuiltCells
 from .stdin import StdinRelay
 
 if TYPE_CHECKING:
@@ -96,7 +100,7 @@ class Proxy:
         else:
             supervisor = make_supervisor(self)
         self.supervisor = supervisor
-        self.cell_log = cell_log = CellLog(supervisor.store)
+        self.cell_log = cell_log = CellLog(supervisor.store, Notebook(supervisor.notebook))
         self.brackets = brackets = Brackets(frontend, session, cell_log)
         self.queue = queue = ShellQueue()
         self.current = current = Current()
@@ -104,26 +108,31 @@ class Proxy:
         life = Machine("proxy", PROXY_TRANSITIONS, ProxyState.SERVING)
         # The klbr comm (JupyterLab's extension): answered by the proxy itself, told when the
         # generation, placement or recording state may have changed.
-        self.comms = comms = KlbrComms(frontend, brackets, session, cell_log, supervisor, queue, self.start)
+        notices = Notices(frontend)
+        self.comms = comms = KlbrComms(frontend, brackets, session, cell_log, supervisor, queue, notices,
+                                       self.start, self.guard)
         self.own = own = OwnAnswers(self, life=life, queue=queue, current=current, frontend=frontend,
                                     brackets=brackets, cell_log=cell_log, supervisor=supervisor, session=session,
-                                    counts=counts, state_changed=comms.changed)
+                                    counts=counts, notices=notices, state_changed=comms.changed)
         self.stdin = stdin = StdinRelay(frontend, supervisor, session,
                                         lambda req, text: own.output(req, "stream", {"name": "stderr", "text": text}))
-        replay = Replay(frontend, cell_log, queue, supervisor.notebook, own.output)
-        self.magic_cells = magic_cells = MagicCells(own, replay, supervisor, cell_log, frontend)
+        replay = Replay(frontend, cell_log, queue, lambda: supervisor.notebook, notices, own.output)
+        self.rebuilt = rebuilt = RebuiltCells(supervisor=supervisor, cell_log=cell_log, session=session)
+        rebuild = Rebuild(cell_log, supervisor, own.output, rebuilt.run)
+        self.magic_cells = magic_cells = MagicCells(own, replay, rebuild, supervisor, cell_log, frontend)
         self.lifecycle = lifecycle = Lifecycle(self, life=life, supervisor=supervisor, queue=queue, current=current,
                                                own=own, brackets=brackets, frontend=frontend)
         self.delivery = delivery = Delivery(self, current=current, queue=queue, supervisor=supervisor,
                                             cell_log=cell_log, own=own, brackets=brackets, stdin=stdin,
-                                            frontend=frontend, session=session, counts=counts)
+                                            frontend=frontend, session=session, counts=counts, rebuilt=rebuilt)
         self.dispatch = dispatch = Dispatch(self, signed=session.auth is not None, lifecycle=lifecycle, queue=queue,
                                             current=current, supervisor=supervisor, own=own,
                                             magic_cells=magic_cells, brackets=brackets, stdin=stdin,
                                             drops=frontend.drops, comms=comms, cell_log=cell_log, delivery=delivery)
         self.endings = endings = Endings(self, current=current, queue=queue, own=own, delivery=delivery,
                                          forward=dispatch.forward, pump=dispatch.pump, brackets=brackets,
-                                         frontend=frontend, counts=counts, state_changed=comms.changed)
+                                         frontend=frontend, counts=counts, state_changed=comms.changed,
+                                         rebuilt=rebuilt, interrupt_grace=supervisor.interrupt_grace)
         self.pump = dispatch.pump
         self.worker_message = delivery.worker_message
         self.generation_ready = endings.ready

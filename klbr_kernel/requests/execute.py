@@ -69,6 +69,7 @@ class Execute:
     orphaned: bool = False  # brackets: its reply found the frontend that sent it gone
     unseen: int = 0  # itself (`published_unseen`): its outputs published while no frontend was subscribed
     followers: list[Follower] = field(default_factory=list)  # itself: `%klbr replay --follow`, the comm
+    followed: bool = False  # itself (`end_followers`): a follower saw it to its end (its outputs reached a page)
 
     def published_unseen(self) -> None:
         """One of its outputs went out while no frontend was subscribed to iopub."""
@@ -85,5 +86,6 @@ class Execute:
     def end_followers(self) -> None:
         """It is answered: the replays following it end with it."""
         followers, self.followers = self.followers, []
+        self.followed = self.followed or bool(followers)
         for follower in followers:
             follower.end()

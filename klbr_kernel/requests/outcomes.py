@@ -30,6 +30,7 @@ ERRORS: dict[str, tuple[str, frozenset[EndReason]]] = {
     "CrashLoop": ("refused", frozenset()),
     "SessionPaused": ("refused", frozenset()),
     "InternalError": ("error", frozenset()),
+    "RebuildFailed": ("error", frozenset()),
 }
 _ENAME_BY_REASON = {reason: ename for ename, (_, reasons) in ERRORS.items() for reason in reasons}
 
@@ -82,10 +83,23 @@ class CellError:
         return {"ename": self.ename, "evalue": self.evalue, "traceback": self.traceback}
 
 
-def ending_error(ending: Ending, *, generation: int, pid: int | None, cell: str) -> CellError:
+def next_generation(refusal: Refusal | None) -> str:
+    """What follows a worker's end, for the cell that was running: a new generation, unless the
+    supervisor starts none now (the crash-loop limit reached with this death)."""
+    if refusal is not None and refusal.reason == "crash_loop":
+        return (f"klbr starts no new generation now: it started {refusal.count} for lost workers within "
+                f"{refusal.window:.0f} s (Supervisor.restart_limit), and stops rather than loop. Fix the cause, "
+                "then run `%klbr restart`.")
+    return "the next cell runs in a new generation."
+
+
+def ending_error(ending: Ending, *, generation: int, pid: int | None, cell: str, grace: float | None = None,
+                 refusal: Refusal | None = None) -> CellError:
     """The error for a request that was waiting on a generation when it ended.
 
-    `cell` names the request for the reader, e.g. "cell [5]" or "this request".
+    `cell` names the request for the reader, e.g. "cell [5]" or "this request"; `grace`: the
+    `Supervisor.interrupt_grace` an interrupt had (for a worker killed when it ignored one);
+    `refusal`: what requests are refused with from now on (a crash loop: no new generation).
     """
     ename = _ENAME_BY_REASON.get(ending.reason, "WorkerLost")
     who = f"generation {generation} (pid {pid})" if pid else f"generation {generation}"
@@ -100,10 +114,13 @@ def ending_error(ending: Ending, *, generation: int, pid: int | None, cell: str)
                 "unknown (it may have run, in part or whole) and it is not re-run. Run `%klbr reconnect` for "
                 "a new generation on the same placement, or `%klbr placement SPEC`.")
         return _error(ename, text[0].upper() + text[1:])
-    text = (
-        f"{cell} was running in {who} when its worker ended: {ending.how}. "
-        f"Its namespace is gone and nothing was re-run; the next cell runs in a new generation."
-    )
+    if ending.reason is EndReason.KILLED:
+        waited = f"{grace:g} s (Supervisor.interrupt_grace)" if grace is not None else "its grace (Supervisor.interrupt_grace)"
+        text = (f"{cell} did not stop when interrupted: it ignored the interrupt for {waited}, so klbr ended "
+                f"its worker, {who}: {ending.how}. ")
+    else:
+        text = f"{cell} was running in {who} when its worker ended: {ending.how}. "
+    text += f"Its namespace is gone and nothing was re-run; {next_generation(refusal)}"
     return _error(ename, text[0].upper() + text[1:])
 
 
@@ -147,6 +164,28 @@ def timeout_error(count: int | None, seconds: float | None, *, killed: bool, gen
         f"{generation} (pid {pid}) was ended: {how}. Its namespace is gone and nothing was re-run; "
         "the next cell runs in a new generation.",
     )
+
+
+# What ends the message of a namespace that is gone (`WorkerLost`, `WorkerKilled`, a `CellTimeout` that
+# killed): the way back, for frontends without the extension (which offers it itself).
+REBUILD_LINE = ("The cells that built it, in the order they ran: `%klbr rebuild --plan` shows them, "
+                "`%klbr rebuild` runs them again.")
+# The names of a generation's end that takes its namespace (a `CellTimeout` at the end of a generation
+# is one that killed it).
+NAMESPACE_GONE = frozenset({"WorkerLost", "WorkerKilled", "CellTimeout"})
+
+
+def with_rebuild_line(error: CellError) -> CellError:
+    """`error`, a generation's end (`ending_error`, a killing `timeout_error`), ended by
+    `REBUILD_LINE` when it took the namespace."""
+    if error.ename not in NAMESPACE_GONE:
+        return error
+    return CellError(error.ename, f"{error.evalue}\n{REBUILD_LINE}", error.status)
+
+
+def rebuild_failed(text: str) -> CellError:
+    """A `%klbr rebuild` that stopped before its last cell; `text` names the cell and what was rebuilt."""
+    return _error("RebuildFailed", text)
 
 
 def session_paused_error(error: StoreError) -> CellError:

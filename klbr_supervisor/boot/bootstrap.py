@@ -417,10 +417,34 @@ def interrupts_land() -> None:
         shell._get_exc_info = _get_exc_info
 
 
+def memory_error_says_why(limit: int) -> None:
+    """A MemoryError under `limit_memory`'s limit says, in the cell, which limit it met and where it
+    is set: bare, it left the user guessing whether the machine or klbr ran out. Its message gains
+    the words as IPython takes the exception to show it (`_get_exc_info`, as `interrupts_land`)."""
+    if not limit:
+        return
+    size = f"{limit / (1 << 30):.1f} GiB" if limit >= 1 << 30 else f"{limit / (1 << 20):.0f} MiB"
+    why = (f"this worker's memory limit of {size} stopped an allocation; the namespace is kept. The limit "
+           "is Supervisor.memory_limit (the kernel's configuration), or what `%klbr memory LIMIT` set for "
+           "this generation: `%klbr memory 8G` and `%klbr restart` give the next generation more")
+    shell: Any = getattr(_ipykernel("IPython.core.interactiveshell"), "InteractiveShell", None)
+    get_exc_info = getattr(shell, "_get_exc_info", None)
+    if callable(get_exc_info):
+        def _get_exc_info(self: Any, exc_tuple: Any = None) -> Any:
+            found = get_exc_info(self, exc_tuple)
+            error = found[1]
+            if isinstance(error, MemoryError) and not any(why in str(a) for a in error.args):
+                error.args = (f"{error.args[0]} ({why})" if error.args else why, *error.args[1:])
+            return found
+
+        shell._get_exc_info = _get_exc_info
+
+
 def main() -> None:
     """The worker: each change above, then ipykernel's own launcher with this process's arguments."""
-    limit_memory()
+    limit = limit_memory()
     interrupts_land()  # first: ipykernel binds `signal.signal` as it is imported
+    memory_error_says_why(limit)
     lossless_iopub()
     flush_by_size()
     flush_only_what_waits()

@@ -8,7 +8,7 @@ session (so a killpg of the proxy's group cannot take it down first); stdlib onl
 While it waits it holds no more than an interpreter without site and `os`: what it needs only at the
 end (json for a command, subprocess, shutil) is imported then, and the signal dispositions are set
 through `_signal` (the `signal` module's enums cost ~1 MiB): 3.2 MiB of PSS instead of 5.9, in every
-kernel (docs/decisions/62-small-reaper.md).
+kernel (docs/decisions/64-small-reaper.md).
 
 Protocol on stdin, one line each: ``+PGID`` (watch) or ``-PGID`` (forget); ``+["argv", ...]`` or
 ``-[...]``: a command to run at the end, or not (a container's ``docker rm -f``, a job's ``scancel``:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import json
 import sqlite3
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
@@ -107,13 +107,13 @@ def logged_msg_ids(conn: sqlite3.Connection, client_session: str, limit: int) ->
 
 # -- history (history_request, %klbr history) -------------------------------------------------------
 
-def history(conn: sqlite3.Connection, content: dict[str, Any], session_id: int,
-            notebook: str | None) -> list[HistoryEntry]:
-    """A history_request's answer: this notebook's cells across generations and sessions, with
-    integer session numbers (0 or less: relative to this session, as IPython counts them)."""
+def history(conn: sqlite3.Connection, content: dict[str, Any], session_ids: list[int]) -> list[HistoryEntry]:
+    """A history_request's answer: the cells of `session_ids` (this notebook's sessions, oldest
+    first, this one last), with integer session numbers (0 or less: relative to this session, as
+    IPython counts them)."""
     output = bool(content.get("output", False))
     kind = content.get("hist_access_type", "tail")
-    ids = history_sessions(conn, session_id, notebook)
+    ids = session_ids
     if kind == "range":
         session = int(content.get("session") or 0)
         if session <= 0:
@@ -125,12 +125,36 @@ def history(conn: sqlite3.Connection, content: dict[str, Any], session_id: int,
     return history_tail(conn, ids, int(content.get("n") or 10), output)
 
 
-def history_sessions(conn: sqlite3.Connection, session_id: int, notebook: str | None) -> list[int]:
-    """The sessions whose cells are this notebook's history: all of the notebook's, or just this one."""
+def sessions_named(conn: sqlite3.Connection, notebook: str | None, session_id: int) -> list[int]:
+    """The sessions filed under the notebook's path, oldest first, or just this one: a notebook's
+    sessions when nothing better is known (no klbr extension told the kernel its cells)."""
     if not notebook:
         return [session_id]
     ids = [r[0] for r in conn.execute("SELECT id FROM sessions WHERE notebook = ? ORDER BY id", (notebook,))]
     return ids or [session_id]
+
+
+# SQLite binds at most 32,766 parameters (fewer before 3.32): long lists of ids go in batches.
+_BATCH = 500
+
+
+def _batches(values: Sequence[Any]) -> Iterator[tuple[str, Sequence[Any]]]:
+    """`values` in batches, each with its placeholders."""
+    for start in range(0, len(values), _BATCH):
+        batch = values[start:start + _BATCH]
+        yield ",".join("?" * len(batch)), batch
+
+
+def sessions_with_cells(conn: sqlite3.Connection, cell_ids: Sequence[str]) -> list[int]:
+    """The sessions that recorded a cell with one of these frontend cell ids, oldest first: a
+    notebook's sessions, by its cells (found by `cells_frontend_id`, whatever the notebook was
+    called then)."""
+    found: set[int] = set()
+    for marks, batch in _batches(cell_ids):
+        found.update(r[0] for r in conn.execute(
+            f"SELECT DISTINCT session_id FROM cells WHERE frontend_cell_id IS NOT NULL"  # noqa: S608 — only ? placeholders are interpolated
+            f" AND frontend_cell_id IN ({marks})", batch))
+    return sorted(found)
 
 
 _HISTORY = ("SELECT c.session_id, c.execution_count, c.code, c.id FROM cells c"
@@ -309,10 +333,10 @@ def recent_cells(conn: sqlite3.Connection, session_ids: list[int], n: int) -> li
     return rows[::-1]
 
 
-def replay_cell(conn: sqlite3.Connection, session_id: int, notebook: str | None, *, cell_id: int | None = None,
+def replay_cell(conn: sqlite3.Connection, session_id: int, session_ids: list[int], *, cell_id: int | None = None,
                 count: int | None = None) -> sqlite3.Row | None:
     """The cell `%klbr replay` shows: the store's cell `cell_id`, else `In[count]` of this session,
-    else the most recent cell of this notebook (across its sessions) that a worker ran and that has
+    else the most recent cell of `session_ids` (the notebook's) that a worker ran and that has
     outputs."""
     row: sqlite3.Row | None  # the connection's row_factory (`connect`) makes fetchone's rows Rows
     if cell_id is not None:
@@ -321,7 +345,6 @@ def replay_cell(conn: sqlite3.Connection, session_id: int, notebook: str | None,
         row = conn.execute("SELECT * FROM cells WHERE session_id = ? AND execution_count = ? ORDER BY id DESC"
                            " LIMIT 1", (session_id, count)).fetchone()
     else:
-        session_ids = history_sessions(conn, session_id, notebook)
         marks = ",".join("?" * len(session_ids))
         row = conn.execute(
             f"SELECT * FROM cells c WHERE c.session_id IN ({marks}) AND c.generation IS NOT NULL"  # noqa: S608 — only ? placeholders are interpolated
@@ -342,25 +365,51 @@ def replay_outputs(conn: sqlite3.Connection, cell_id: int, before_seq: int | Non
 
 # -- restoring a page's cells (the klbr comm) ------------------------------------------------------
 
-def latest_by_frontend_cell(conn: sqlite3.Connection, session_ids: list[int]) -> dict[str, sqlite3.Row]:
-    """The latest cell of these sessions for each frontend cell id they recorded: what that cell
-    of the notebook showed last. Rows carry no outputs (`replay_outputs` reads them)."""
-    marks = ",".join("?" * len(session_ids))
-    rows = conn.execute(
-        f"SELECT id, session_id, msg_id, frontend_cell_id, execution_count, code, status, started, finished,"  # noqa: S608 — only ? placeholders are interpolated
-        f" output_bytes, outputs_truncated FROM cells WHERE id IN (SELECT max(id) FROM cells"
-        f" WHERE session_id IN ({marks}) AND frontend_cell_id IS NOT NULL GROUP BY frontend_cell_id) ORDER BY id",
-        session_ids).fetchall()
-    return {row["frontend_cell_id"]: row for row in rows}
+_RECORD = ("id, session_id, msg_id, frontend_cell_id, execution_count, code, status, started, finished,"
+           " output_bytes, outputs_truncated")
 
 
-def notebook_sessions(conn: sqlite3.Connection, session_id: int, notebook: str | None) -> list[int]:
-    """This session and the earlier ones of the same notebook path, newest first."""
-    if not notebook:
-        return [session_id]
-    earlier = [r[0] for r in conn.execute("SELECT id FROM sessions WHERE notebook = ? AND id < ? ORDER BY id DESC",
-                                          (notebook, session_id))]
-    return [session_id, *earlier]
+def latest_by_frontend_cell(conn: sqlite3.Connection, cell_ids: Sequence[str],
+                            session_id: int | None = None) -> dict[str, sqlite3.Row]:
+    """The latest recorded cell for each of these frontend cell ids, of session `session_id` or, with
+    None, of any session: what that cell of the notebook showed last. Rows carry no outputs
+    (`replay_outputs` reads them)."""
+    rows: list[sqlite3.Row] = []
+    only = "" if session_id is None else " AND session_id = ?"
+    for marks, batch in _batches(cell_ids):
+        rows += conn.execute(
+            f"SELECT {_RECORD} FROM cells WHERE id IN (SELECT max(id) FROM cells WHERE frontend_cell_id IS NOT NULL"  # noqa: S608 — only constants and ? placeholders are interpolated
+            f" AND frontend_cell_id IN ({marks}){only} GROUP BY frontend_cell_id)",
+            (*batch, session_id) if only else batch).fetchall()
+    return {row["frontend_cell_id"]: row for row in sorted(rows, key=lambda row: row["id"])}
+
+
+def session_frontend_cells(conn: sqlite3.Connection, session_id: int) -> list[sqlite3.Row]:
+    """The latest recorded cell of each frontend cell id this session ran, oldest first."""
+    return conn.execute(
+        f"SELECT {_RECORD} FROM cells WHERE id IN (SELECT max(id) FROM cells WHERE session_id = ?"  # noqa: S608 — only a constant is interpolated
+        " AND frontend_cell_id IS NOT NULL GROUP BY frontend_cell_id) ORDER BY id", (session_id,)).fetchall()
+
+
+def records(conn: sqlite3.Connection, ids: Sequence[int], session_id: int | None = None) -> list[sqlite3.Row]:
+    """The recorded cells with these store ids that came from a frontend cell (of session
+    `session_id`, or of any with None), in the order asked."""
+    found: dict[int, sqlite3.Row] = {}
+    only = "" if session_id is None else " AND session_id = ?"
+    for marks, batch in _batches(ids):
+        for row in conn.execute(f"SELECT {_RECORD} FROM cells WHERE id IN ({marks})"  # noqa: S608 — only constants and ? placeholders are interpolated
+                                f" AND frontend_cell_id IS NOT NULL{only}", (*batch, session_id) if only else batch):
+            found[row["id"]] = row
+    return [found[i] for i in ids if i in found]
+
+
+def generations(conn: sqlite3.Connection, session_id: int) -> list[sqlite3.Row]:
+    """This session's generations in order: when each started and ended, why, its peak memory, and
+    how many cells it ran (the status dialog's picture)."""
+    return conn.execute(
+        "SELECT g.number, g.placement, g.started, g.ended, g.end_reason, g.memory_peak,"
+        " (SELECT count(*) FROM cells c WHERE c.session_id = g.session_id AND c.generation = g.number) AS cells"
+        " FROM generations g WHERE g.session_id = ? ORDER BY g.number", (session_id,)).fetchall()
 
 
 # -- kv (host.get, host.keys) -----------------------------------------------------------------------

@@ -18,6 +18,7 @@ class CellRecord:
     generation: int | None
     msg_digest: str | None = None  # what tells this execute from another with its msg_id (semantics 9)
     frontend_cell_id: str | None = None  # the frontend's id of the cell (JupyterLab's metadata.cellId)
+    rebuild_of: int | None = None  # the cell `%klbr rebuild` runs again, for a rebuilt cell
     id: int | None = None  # set by the writer when the row is inserted
     seq: int = 0
     output_bytes: int = 0

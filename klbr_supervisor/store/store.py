@@ -252,6 +252,14 @@ class Store(LoggingConfigurable):
         session_id, started = self.session_id, now()
 
         def insert(c: sqlite3.Cursor) -> None:
+            if cell.rebuild_of is not None:  # a cell `%klbr rebuild` runs again (rare: a statement of its own)
+                cur = c.execute(
+                    "INSERT INTO cells (session_id, generation, msg_id, client_session, code, status, started,"
+                    " rebuild_of) VALUES (?, ?, ?, ?, ?, 'running', ?, ?)",
+                    (session_id, cell.generation, cell.msg_id, cell.client_session, cell.code, started,
+                     cell.rebuild_of))
+                cell.id = cur.lastrowid
+                return
             cur = c.execute(
                 "INSERT INTO cells (session_id, generation, msg_id, client_session, msg_digest, frontend_cell_id,"
                 " code, status, started) VALUES (?, ?, ?, ?, ?, ?, ?, 'running', ?)",
@@ -374,6 +382,20 @@ class Store(LoggingConfigurable):
                       " ON CONFLICT (scope, key) DO UPDATE SET value = excluded.value", (scope, key, value))
 
         return self._write(upsert, done)
+
+    def notebook_moved(self, old: str | None, new: str) -> None:
+        """The notebook this session serves is now at `new` (renamed, moved, saved as): the session is
+        filed under it, and the values `host.put` kept under the old path go with it (but for keys
+        the new path has already)."""
+        session_id = self.session_id
+
+        def move(c: sqlite3.Cursor) -> None:
+            c.execute("UPDATE sessions SET notebook = ? WHERE id = ?", (new, session_id))
+            if old:
+                c.execute("UPDATE OR IGNORE kv SET scope = ? WHERE scope = ?", (new, old))
+
+        self._submit(move)
+        self.event("notebook", {"from": old, "to": new})
 
     def event(self, kind: str, payload: dict[str, Any]) -> None:
         """A durable event: generation starts and ends, interrupts, restarts, placement changes."""

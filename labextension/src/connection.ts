@@ -15,6 +15,8 @@ import { KlbrComm, KlbrError } from './comm';
 import { Following } from './following';
 import { KernelLink, openKlbrComm } from './link';
 import { IKernelState, isKernelState } from './messages';
+import { tellNotebook } from './notebook';
+import { RebuildOffer } from './rebuild';
 import { Restore } from './restore';
 import { upgradeForCellIds } from './upgrade';
 
@@ -22,8 +24,13 @@ export class KlbrConnection {
   constructor(readonly panel: NotebookPanel) {
     this._following = new Following(cellId => codeCell(panel.content, cellId));
     this._restore = new Restore(panel, this._following);
+    // What the status item shows of the offer follows the plan as it is read.
+    this.rebuild = new RebuildOffer(panel, op => this.request(op), () => this._stateChanged.emit(this._state));
     this._link = new KernelLink(panel.sessionContext, window, openKlbrComm, {
-      kernelChanged: () => this._setState(null),
+      kernelChanged: () => {
+        this.rebuild.kernelChanged();
+        this._setState(null);
+      },
       opened: comm => this._opened(comm),
       closed: () => this._following.clear(),
       state: state => this._takeState(state),
@@ -31,7 +38,12 @@ export class KlbrConnection {
       ended: push => this._following.ended(push)
     });
     panel.disposed.connect(this.dispose, this);
+    // A rename, a move, a save-as: the kernel files the session under the new path.
+    panel.context.pathChanged.connect(this._pathChanged, this);
   }
+
+  /** The way back after a generation ends: its offer, and the earlier-generation cell marks. */
+  readonly rebuild: RebuildOffer;
 
   /** The kernel's state, once a klbr kernel has said hello; null for other kernels. */
   get state(): IKernelState | null {
@@ -72,6 +84,7 @@ export class KlbrConnection {
       return;
     }
     this._link.dispose();
+    this.rebuild.dispose();
     Signal.clearData(this);
   }
 
@@ -97,6 +110,7 @@ export class KlbrConnection {
     }
     try {
       await this._hello(comm);
+      await tellNotebook(comm, this.panel);
       const first = !this._connectedOnce;
       this._connectedOnce = true;
       await this._restore.run(comm, first);
@@ -105,10 +119,18 @@ export class KlbrConnection {
     }
   }
 
+  private _pathChanged(): void {
+    const comm = this._link.comm;
+    if (comm !== null && comm.isOpen) {
+      void tellNotebook(comm, this.panel);
+    }
+  }
+
   /** What the kernel said of itself, over what it said before (an older kernel leaves fields out). */
   private _takeState(state: IKernelState): IKernelState {
     const merged = this._state !== null ? { ...this._state, ...state } : state;
     this._setState(merged);
+    this.rebuild.generationSeen(merged.generation);
     return merged;
   }
 

@@ -10,6 +10,7 @@ import { IStatusBar } from '@jupyterlab/statusbar';
 
 import { KlbrConnection } from './connection';
 import { KlbrStatus } from './status';
+import { addToolbarItem } from './toolbar';
 
 const plugin: JupyterFrontEndPlugin<void> = {
   id: 'klbr-jupyterlab:plugin',
@@ -23,6 +24,9 @@ const plugin: JupyterFrontEndPlugin<void> = {
     const track = (panel: NotebookPanel): void => {
       const connection = new KlbrConnection(panel);
       connections.set(panel, connection);
+      if (status === null) {
+        addToolbarItem(panel, connection, tracker); // Notebook 7: no status bar
+      }
       connection.stateChanged.connect(() => {
         if (tracker.currentWidget === panel) {
           status?.refresh();

@@ -11,6 +11,7 @@ import { codeCell, pageCells, putRecord } from './cells';
 import { KlbrComm } from './comm';
 import { Following } from './following';
 import { IPlan, IRecord, matchByCode, notice, plan } from './logic';
+import { notebookName, tellRestored } from './notebook';
 
 export class Restore {
   constructor(
@@ -47,6 +48,8 @@ export class Restore {
         done = { ...done, restore: [...done.restore, ...more.restore], edited: [...done.edited, ...more.edited], unmatched: more.unmatched };
       }
     }
+    // Their outputs reached this notebook after all: no notice says they did not.
+    void tellRestored(comm, done.restore.map(r => r.record.record_id));
     this._notify(done);
   }
 
@@ -111,7 +114,7 @@ export class Restore {
       });
     }
     const kind = result.edited.length > 0 || result.unmatched.length > 0 ? 'warning' : 'info';
-    Notification.emit(text, kind, { autoClose: actions.length > 0 ? false : 6000, actions });
+    Notification.emit(`${notebookName(this._panel)}: ${text}`, kind, { autoClose: actions.length > 0 ? false : 6000, actions });
     this._panel.node.dataset.klbrNotice = text;
   }
 

@@ -8,8 +8,11 @@ import { INotebookTracker } from '@jupyterlab/notebook';
 import { Widget } from '@lumino/widgets';
 
 import { KlbrConnection } from './connection';
+import { generationsNode, isGenerations } from './generations';
 import { memoryText } from './logic';
 import { IKernelState } from './messages';
+import { notebookName } from './notebook';
+import { offerLabel } from './plan';
 
 export function stateText(state: IKernelState): string {
   const recording = state.recording === 'recording' ? 'recording' : state.recording === 'paused' ? 'PAUSED' : 'not recording';
@@ -40,7 +43,8 @@ export class KlbrStatus extends Widget {
   /** Called when a notebook's connection is made, or its state changes. */
   refresh(): void {
     const state = this.connection?.state ?? null;
-    this.node.textContent = state !== null ? stateText(state) : '';
+    const offer = this.connection?.rebuild.plan ? ' · rebuild?' : '';
+    this.node.textContent = state !== null ? stateText(state) + offer : '';
     this.node.dataset.klbrRecording = state?.recording ?? '';
     this.setHidden(state === null);
   }
@@ -57,39 +61,61 @@ export class KlbrStatus extends Widget {
 
   private async _open(): Promise<void> {
     const connection = this.connection;
-    if (connection === null || connection.state === null) {
-      return;
-    }
-    const state = await connection.hello().catch(() => connection.state);
-    if (state === null) {
-      return;
-    }
-    const body = new Widget({ node: document.createElement('pre') });
-    body.addClass('klbr-StatusDialog');
-    const width = Math.max(...state.status.map(([key]) => key.length));
-    body.node.textContent = state.status.map(([key, value]) => `${key.padEnd(width)}  ${value}`).join('\n');
-    const replay = Dialog.okButton({ label: 'Replay the selected cell', caption: 'Put its recorded outputs back into it' });
-    const restart = Dialog.warnButton({ label: 'Restart the generation', caption: 'As %klbr restart: a fresh namespace' });
-    const result = await showDialog({ title: 'klbr status', body, buttons: [Dialog.cancelButton({ label: 'Close' }), restart, replay] });
-    if (result.button.label === replay.label) {
-      const cell = this._tracker.activeCell;
-      if (cell === null || cell.model.type !== 'code') {
-        Notification.warning('klbr: select a code cell to replay');
-        return;
-      }
-      const found = await connection.replayCell(cell.model.id).catch(() => false);
-      if (!found) {
-        Notification.warning('klbr has no recorded run of the selected cell (never run, or run before it was saved)');
-      }
-    } else if (result.button.label === restart.label) {
-      try {
-        const { text } = await connection.request('restart');
-        Notification.info(`klbr: ${typeof text === 'string' ? text : JSON.stringify(text)}`, { autoClose: 5000 });
-      } catch (error) {
-        Notification.error(`klbr: the restart failed: ${error instanceof Error ? error.message : String(error)}`);
-      }
+    if (connection !== null) {
+      await showStatus(connection, this._tracker);
     }
   }
 
   private _watched: KlbrConnection | null = null;
+}
+
+/** What `%klbr status` shows, in a dialog, with its two actions (the status item's click, Notebook 7's toolbar item's). */
+export async function showStatus(connection: KlbrConnection, tracker: INotebookTracker): Promise<void> {
+  if (connection.state === null) {
+    return;
+  }
+  const state = await connection.hello().catch(() => connection.state);
+  if (state === null) {
+    return;
+  }
+  const body = new Widget({ node: document.createElement('div') });
+  body.addClass('klbr-StatusDialog');
+  // This session's generations on a line (a kernel too old for `generations` leaves it out).
+  const answer = await connection.request('generations').catch(() => null);
+  if (answer !== null && isGenerations(answer.generations) && typeof answer.now === 'string') {
+    body.node.appendChild(generationsNode(answer.generations, answer.now));
+  }
+  const table = document.createElement('pre');
+  const width = Math.max(...state.status.map(([key]) => key.length));
+  table.textContent = state.status.map(([key, value]) => `${key.padEnd(width)}  ${value}`).join('\n');
+  body.node.appendChild(table);
+  const replay = Dialog.okButton({ label: 'Replay the selected cell', caption: 'Put its recorded outputs back into it' });
+  const restart = Dialog.warnButton({ label: 'Restart the generation', caption: 'As %klbr restart: a fresh namespace' });
+  const close = Dialog.cancelButton({ label: 'Close' });
+  const plan = connection.rebuild.plan;
+  const rebuild = plan !== null ? Dialog.okButton({ label: offerLabel(plan), caption: 'See the plan first' }) : null;
+  // Close is the default (Enter): the dialog is for reading; an action is chosen on purpose.
+  const buttons = [close, restart, replay, ...(rebuild !== null ? [rebuild] : [])];
+  const result = await showDialog({ title: 'klbr status', body, buttons, defaultButton: buttons.indexOf(close) });
+  const name = notebookName(connection.panel);
+  if (rebuild !== null && result.button.label === rebuild.label) {
+    await connection.rebuild.showPlan();
+  } else if (result.button.label === replay.label) {
+    const cell = tracker.activeCell;
+    if (cell === null || cell.model.type !== 'code') {
+      Notification.warning(`klbr, ${name}: select a code cell to replay`);
+      return;
+    }
+    const found = await connection.replayCell(cell.model.id).catch(() => false);
+    if (!found) {
+      Notification.warning(`klbr, ${name}: no recorded run of the selected cell (never run, or run before it was saved)`);
+    }
+  } else if (result.button.label === restart.label) {
+    try {
+      const { text } = await connection.request('restart');
+      Notification.info(`klbr, ${name}: ${typeof text === 'string' ? text : JSON.stringify(text)}`, { autoClose: 5000 });
+    } catch (error) {
+      Notification.error(`klbr, ${name}: the restart failed: ${error instanceof Error ? error.message : String(error)}`);
+    }
+  }
 }

@@ -1,0 +1,234 @@
+"""What the notebook shows is true (issue 38), in a real JupyterLab and a real Notebook 7 driven in
+Debian's chromium: a renamed notebook keeps its history across a server restart and a new
+Untitled.ipynb gets none of it; no "reached no notebook" notice for outputs the extension put back,
+in the page or the saved file; the messages a user reads in the cell say why; the memory figure
+moves while a cell allocates; Notebook 7 has a klbr entry. Screenshots go to build/test-artifacts."""
+
+from __future__ import annotations
+
+import json
+import re
+import sqlite3
+
+import pytest
+from playwright.sync_api import expect
+
+from lab import cell, chromium, idle, notebook, open_notebook, output_text, run_cell, running, save, screenshot
+from utils import until
+
+pytestmark = pytest.mark.browser
+
+# Prints a line every 0.25 s, at least `n` lines, and goes on until the file `go` exists.
+PRINTING = ("import os, time\ni = 0\nwhile i < {n} or not os.path.exists({go!r}):\n"
+            "    print(f'line {{i}}', flush=True)\n    i += 1\n    time.sleep(0.25)")
+NOTICE = "reached no notebook"
+
+
+@pytest.fixture(scope="module")
+def lab(tmp_path_factory):
+    with running(tmp_path_factory.mktemp("lab"), config="c.Supervisor.interrupt_grace = 1.0\n") as server:
+        yield server
+
+
+@pytest.fixture(scope="module")
+def chromium_browser():
+    with chromium() as browser:
+        yield browser
+
+
+@pytest.fixture
+def browser(chromium_browser):
+    """The module's chromium; what a test opened in it is closed after it."""
+    contexts = len(chromium_browser.contexts)
+    yield chromium_browser
+    for context in chromium_browser.contexts[contexts:]:
+        context.close()
+
+
+def _sessions(db) -> list[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return [r[0] for r in conn.execute("SELECT notebook FROM sessions ORDER BY id")]
+    finally:
+        conn.close()
+
+
+def _status(db, part: str) -> list[str]:
+    conn = sqlite3.connect(db)
+    try:
+        return [r[0] for r in conn.execute("SELECT status FROM cells WHERE instr(code, ?) ORDER BY id", (part,))]
+    finally:
+        conn.close()
+
+
+def _rename(page, new_name: str, title: str | None = None) -> None:
+    """Rename the notebook as its menu does (File > Rename Notebook…) in JupyterLab, or, in Notebook
+    7, by a click on its `title` at the top: the app's own dialog either way."""
+    if title is not None:
+        page.get_by_role("heading", name=title).click()
+    else:
+        page.evaluate("() => { void window.jupyterapp.commands.execute('docmanager:rename'); }")  # ends with the dialog
+    field = page.locator(".jp-Dialog input")
+    expect(field).to_be_visible(timeout=30_000)
+    field.fill(new_name)
+    field.press("Enter")
+    panel = page.locator(".jp-NotebookPanel:visible")
+    expect(panel).to_have_attribute("data-klbr-notebook", new_name, timeout=30_000)  # the kernel was told
+
+
+def test_a_renamed_new_notebook_keeps_its_history_and_a_new_untitled_gets_none(tmp_path, browser):
+    root = tmp_path
+    notebook(root, "Untitled.ipynb", ["print('first output')", "6 * 7", "%klbr history"])
+    with running(root) as server:
+        page = open_notebook(browser, server, "Untitled.ipynb")
+        run_cell(page, 0)
+        run_cell(page, 1)
+        expect(cell(page, 1).locator(".jp-OutputArea")).to_contain_text("42", timeout=60_000)
+        _rename(page, "analysis.ipynb")
+        assert _sessions(server.db) == [str(root / "analysis.ipynb")]
+        page.close()  # never saved: the file has no outputs
+    with running(root) as server:  # the server restarts
+        page = open_notebook(browser, server, "analysis.ipynb")
+        expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("first output", timeout=60_000)
+        expect(cell(page, 1).locator(".jp-OutputArea")).to_contain_text("42", timeout=60_000)
+        run_cell(page, 2)
+        expect(cell(page, 2).locator(".jp-OutputArea")).to_contain_text("print('first output')", timeout=60_000)
+        assert "6 * 7" in output_text(page, 2)
+        screenshot(page, "show-renamed-restored.png")
+        # Save as: the page works on in the new file, and the kernel files the session under it.
+        page.evaluate("() => { void window.jupyterapp.commands.execute('docmanager:save-as'); }")
+        field = page.locator(".jp-Dialog input")
+        expect(field).to_be_visible(timeout=30_000)
+        field.fill("analysis-v2.ipynb")
+        field.press("Enter")
+        expect(page.locator(".jp-NotebookPanel:visible")).to_have_attribute(
+            "data-klbr-notebook", "analysis-v2.ipynb", timeout=30_000)
+        until(lambda: _sessions(server.db)[-1] == str(root / "analysis-v2.ipynb"), 30, "the session is filed anew")
+        page.close()
+        # A copy (cp) holds the same cell ids: it shows what they ran.
+        (root / "copy.ipynb").write_text((root / "analysis.ipynb").read_text())
+        page = open_notebook(browser, server, "copy.ipynb")
+        expect(cell(page, 1).locator(".jp-OutputArea")).to_contain_text("42", timeout=60_000)
+        page.close()
+        # A second new notebook: none of those cells.
+        notebook(root, "Untitled.ipynb", ["%klbr history"])
+        page = open_notebook(browser, server, "Untitled.ipynb")
+        run_cell(page, 0)
+        expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("No cells recorded yet.", timeout=60_000)
+        assert "first output" not in page.locator(".jp-Notebook").inner_text()
+        screenshot(page, "show-new-untitled.png")
+
+
+def test_no_notice_of_outputs_the_extension_put_back_in_the_page_or_the_saved_file(lab, browser):
+    go = lab.root / "closed-go"
+    path = notebook(lab.root, "closed.ipynb", [PRINTING.format(n=8, go=str(go)), "'the next cell'"])
+    page = open_notebook(browser, lab, "closed.ipynb")
+    run_cell(page, 0)
+    expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("line 2", timeout=60_000)
+    page.close()  # its reply will find no one: the kernel would notice it in the next cell
+    go.touch()
+    until(lambda: _status(lab.db, str(go)) == ["ok"], 60, "the cell ends with no page open")
+    page = open_notebook(browser, lab, "closed.ipynb")
+    expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("line 7", timeout=60_000)
+    expect(page.locator(".jp-NotebookPanel:visible")).to_have_attribute(
+        "data-klbr-notice", re.compile("restored the outputs of 1 cell"), timeout=60_000)
+    run_cell(page, 1)
+    expect(cell(page, 1).locator(".jp-OutputArea")).to_contain_text("the next cell", timeout=60_000)
+    assert NOTICE not in page.locator(".jp-Notebook").inner_text()
+    screenshot(page, "show-no-false-notice.png")
+    save(page)
+    until(lambda: "the next cell" in path.read_text(), 30, "the notebook is saved")
+    assert NOTICE not in path.read_text()
+    lab.shut_down_kernels()
+
+
+def test_the_messages_say_why_in_the_cell(lab, browser):
+    notebook(lab.root, "why.ipynb", [
+        "%klbr memory 512M", "%klbr restart", "x = bytearray(2 << 30)",
+        "import signal, time\nsignal.signal(signal.SIGINT, signal.SIG_IGN)\nprint('ignoring interrupts')\n"
+        "time.sleep(120)"])
+    page = open_notebook(browser, lab, "why.ipynb")
+    for i in range(3):
+        run_cell(page, i)
+        expect(cell(page, i).locator(".jp-InputArea-prompt")).to_have_text(f"[{i + 1}]:", timeout=60_000)
+    assert "The next generation's memory limit is 512 MiB" in output_text(page, 0)
+    expect(cell(page, 2).locator(".jp-OutputArea")).to_contain_text(
+        "this worker's memory limit of 512 MiB stopped an allocation; the namespace is kept", timeout=30_000)
+    assert "Supervisor.memory_limit" in output_text(page, 2)
+    cell(page, 2).scroll_into_view_if_needed()
+    screenshot(page, "show-memory-error.png")
+    run_cell(page, 3)
+    expect(cell(page, 3).locator(".jp-OutputArea")).to_contain_text("ignoring interrupts", timeout=60_000)
+    page.evaluate("() => { void window.jupyterapp.commands.execute('notebook:interrupt-kernel'); }")
+    expect(cell(page, 3).locator(".jp-OutputArea")).to_contain_text("WorkerKilled", timeout=60_000)
+    text = output_text(page, 3)
+    assert "did not stop when interrupted: it ignored the interrupt for 1 s (Supervisor.interrupt_grace), " \
+           "so klbr ended its worker" in text, text
+    assert "the next cell runs in a new generation" in text
+    screenshot(page, "show-worker-killed.png")
+    lab.shut_down_kernels()
+
+
+def test_the_memory_figure_moves_while_a_cell_allocates(lab, browser):
+    go = lab.root / "memory-go"
+    notebook(lab.root, "memory.ipynb", [
+        f"import os, time\nkept = []\nwhile not os.path.exists({str(go)!r}):\n"
+        "    kept.append(b'x' * (32 << 20)) if len(kept) < 12 else None\n    time.sleep(0.5)"])
+    page = open_notebook(browser, lab, "memory.ipynb")
+    item = page.locator(".klbr-StatusItem")
+    expect(item).to_have_text(re.compile(r"· \d+ MiB$"), timeout=60_000)
+
+    def mib() -> int:
+        return int(re.search(r"(\d+) MiB$", item.inner_text()).group(1))
+
+    before = mib()
+    run_cell(page, 0)
+    until(lambda: mib() >= before + 200, 60, "the status item shows the worker growing")
+    assert cell(page, 0).locator(".jp-InputArea-prompt").inner_text().strip() == "[*]:"  # while it runs
+    screenshot(page, "show-memory-moving.png")
+    go.touch()
+    expect(cell(page, 0).locator(".jp-InputArea-prompt")).to_have_text("[1]:", timeout=60_000)
+    lab.shut_down_kernels()
+
+
+@pytest.fixture(scope="module")
+def notebook7(tmp_path_factory):
+    with running(tmp_path_factory.mktemp("nb7"), app="notebook") as server:
+        yield server
+
+
+def test_notebook_7_restores_names_no_false_notice_has_a_klbr_entry_and_follows_a_rename(notebook7, browser):
+    go = notebook7.root / "nb7-go"
+    notebook(notebook7.root, "seven.ipynb", [PRINTING.format(n=40, go=str(go)), "'after'"])
+    page = open_notebook(browser, notebook7, "seven.ipynb")
+    entry = page.locator(".klbr-ToolbarItem")  # Notebook 7 has no status bar
+    expect(entry).to_have_text(re.compile(r"^klbr: generation 1 · local · recording"), timeout=60_000)
+    run_cell(page, 0)
+    expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("line 4", timeout=60_000)
+    page.reload()
+    idle(page)
+    expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("line 3", timeout=60_000)
+    expect(page.locator(".jp-NotebookPanel:visible")).to_have_attribute(
+        "data-klbr-notice", re.compile("restored the outputs of 1 cell; following"), timeout=60_000)
+    screenshot(page, "show-notebook7-restored.png")
+    go.touch()
+    expect(cell(page, 0).locator(".jp-InputArea-prompt")).to_have_text("[1]:", timeout=60_000)
+    run_cell(page, 1)
+    expect(cell(page, 1).locator(".jp-OutputArea")).to_contain_text("'after'", timeout=60_000)
+    assert NOTICE not in page.locator(".jp-Notebook").inner_text()
+    _rename(page, "renamed-seven.ipynb", title="seven")
+    assert _sessions(notebook7.db)[-1] == str(notebook7.root / "renamed-seven.ipynb")
+    entry.click()
+    dialog = page.locator(".jp-Dialog")
+    expect(dialog.locator(".klbr-StatusDialog")).to_contain_text("cell log", timeout=30_000)
+    # The session's generations on a line: this one, serving, with the cells it ran.
+    expect(dialog.locator(".klbr-Generation")).to_have_count(1)
+    expect(dialog.locator(".klbr-Generation")).to_contain_text("generation 1")
+    assert "serving now; 2 cells" in dialog.locator(".klbr-Generation").inner_text()
+    screenshot(page, "show-notebook7-status.png")
+    page.keyboard.press("Enter")  # Close is the default: Enter restarts nothing
+    expect(dialog).to_have_count(0, timeout=30_000)
+    expect(entry).to_have_text(re.compile(r"^klbr: generation 1 "), timeout=30_000)
+    saved = json.loads((notebook7.root / "renamed-seven.ipynb").read_text())
+    assert len(saved["cells"]) == 2
+    notebook7.shut_down_kernels()
