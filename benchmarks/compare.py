@@ -17,6 +17,7 @@ from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
 
+import footprint
 from measures import (
     PROCESS_CPU,
     eight_at_once,
@@ -166,6 +167,7 @@ def main() -> None:
     ap.add_argument("--out", default="benchmarks/results/latest.json")
     ap.add_argument("--doc", help="rewrite the tables between the bench markers of this Markdown page "
                                   "(make bench: docs/benchmarks.md)")
+    ap.add_argument("--footprint-rounds", type=int, default=3, help="rounds of the memory table (footprint.py)")
     ap.add_argument("--engines-only", action="store_true", help="only the docker:// and slurm:// rows")
     args = ap.parse_args()
     # klbr records every cell, as it does for a user, but into a file of the run's own: never the
@@ -259,9 +261,12 @@ def run(args, sshd: Sshd, dockerd: Dockerd, image: str, cluster: Cluster) -> Non
             add(label, "8 kernels × 200 cells at once (s)", eight_at_once(name))  # noqa: RUF001 — the tables' multiplication sign, as docs/benchmarks.md shows them
         print(f"round {r + 1}/{args.rounds} done", file=sys.stderr)
 
+    memory = ""
     if not args.engines_only:
         for measure, value in million_cell_listing(tempfile.mkdtemp(prefix="klbr-bench-db-")).items():
             add("klbr", measure, value)
+        # What each kernel's processes hold (footprint.py), one kernel at a time so none shares pages with another.
+        memory = footprint.table(footprint.measure(args.footprint_rounds))
 
     rows = []
     measures = list(results["klbr"])
@@ -315,9 +320,10 @@ def run(args, sshd: Sshd, dockerd: Dockerd, image: str, cluster: Cluster) -> Non
     print(f"\nklbr vs plain ipykernel — {when} — {machine}\n{args.rounds} rounds, medians (latency percentiles over all cells)\n")
     print(table)
     print("\n" + explain_table)
+    print("\n" + memory)
     out = Path(args.out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps({"when": when, "machine": machine, "rounds": args.rounds, "raw": results, "table": table,
+    out.write_text(json.dumps({"when": when, "machine": machine, "rounds": args.rounds, "raw": results, "table": table, "memory": memory,
                                 "explain": explain_table}, indent=1))
     if args.doc:
         doc = Path(args.doc)
@@ -335,6 +341,8 @@ def run(args, sshd: Sshd, dockerd: Dockerd, image: str, cluster: Cluster) -> Non
                  "message; its kernel process CPU is the forwarder's alone); *no history db* is ipykernel "
                  "started as klbr starts its workers (`Supervisor.ipython_history`).\n\n" + explain_table + "\n")
         doc.write_text(f"{head}<!-- bench:start -->\n{block}<!-- bench:end -->{tail}")
+        if memory:
+            footprint.into_page(doc, memory)
         print(f"\nwrote the tables into {doc}")
 
 

@@ -331,19 +331,24 @@ def store_cost(cells: int) -> dict[str, float]:
     }
 
 
-def million_cell_listing(tmpdir: str) -> dict[str, float]:
-    """A cell log of 1 000 000 cells in 1 000 sessions: how long the CLI's listings take."""
-    path = os.path.join(tmpdir, "million.sqlite3")
+def cell_log(path: str, cells: int) -> None:
+    """A cell log at `path` of `cells` finished cells, 1 000 per session."""
     conn = sqlite3.connect(path, isolation_level=None)
     conn.execute("PRAGMA journal_mode = WAL")
     migrate(conn)
     conn.execute("BEGIN")
     conn.executemany("INSERT INTO sessions (id, uuid, notebook, host, pid, started, ended) VALUES (?, ?, ?, 'h', 1, '2026', '2026')",
-                     ((s, f"u{s}", f"nb{s % 50}.ipynb") for s in range(1, 1001)))
+                     ((s, f"u{s}", f"nb{s % 50}.ipynb") for s in range(1, 1 + (cells + 999) // 1000)))
     conn.executemany("INSERT INTO cells (session_id, msg_id, execution_count, code, status, started) VALUES (?, ?, ?, ?, 'ok', '2026')",
-                     ((1 + i // 1000, f"m{i}", 1 + i % 1000, f"x = {i}") for i in range(1_000_000)))
+                     ((1 + i // 1000, f"m{i}", 1 + i % 1000, f"x = {i}") for i in range(cells)))
     conn.execute("COMMIT")
     conn.close()
+
+
+def million_cell_listing(tmpdir: str) -> dict[str, float]:
+    """A cell log of 1 000 000 cells in 1 000 sessions: how long the CLI's listings take."""
+    path = os.path.join(tmpdir, "million.sqlite3")
+    cell_log(path, 1_000_000)
     read = queries.connect(path)
     out = {}
     start = time.perf_counter()

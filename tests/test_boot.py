@@ -127,3 +127,23 @@ def test_each_part_of_the_worker_bootstrap_applies_where_it_runs_and_says_what_i
     assert found["changed"] == sorted(["init_iopub", "write", "flush", "signal"] + (["init_sockets"] if seven else []))
     said = [line for line in done.stderr.splitlines() if line.startswith(NOTICE)]
     assert len(said) == 1 and "IPKernelApp has no init_iopub" in said[0], done.stderr
+
+
+def test_the_reaper_at_its_pipes_end_kills_its_groups_runs_its_commands_and_removes_the_directory(tmp_path):
+    """What the reaper does once its kernel is gone, with what it defers until then (json, subprocess,
+    shutil) imported only then: a watched group killed, a command kept run, a forgotten one not."""
+    runtime = tmp_path / "runtime"
+    runtime.mkdir()
+    (runtime / "kernel.json").write_text("{}")
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"], start_new_session=True)
+    reaper = subprocess.Popen([*BARE, str(BOOT / "reaper.py"), str(runtime)], stdin=subprocess.PIPE)
+    kept, forgotten = tmp_path / "kept", tmp_path / "forgotten"
+    touch = [sys.executable, "-c", "import pathlib, sys; pathlib.Path(sys.argv[1]).touch()"]
+    lines = [f"+{sleeper.pid}", f"+{json.dumps([*touch, str(kept)])}", f"+{json.dumps([*touch, str(forgotten)])}",
+             f"-{json.dumps([*touch, str(forgotten)])}", "+not-a-group"]
+    assert reaper.stdin is not None
+    reaper.stdin.write("".join(line + "\n" for line in lines).encode())
+    reaper.stdin.close()
+    assert reaper.wait(timeout=60) == 0
+    assert sleeper.wait(timeout=10) == -9
+    assert kept.exists() and not forgotten.exists() and not runtime.exists()
