@@ -17,7 +17,7 @@ import os
 import signal
 import subprocess
 from abc import abstractmethod
-from typing import Any, Unpack
+from typing import Any, Protocol, Unpack
 
 from ..boot.agent_launch import CHANNELS, LEASE_EVERY
 from ..boot.placement import Placement
@@ -183,3 +183,28 @@ class AgentTarget(Target):
         if not self._reported and self._started.done() and self._started.exception() is None:
             self._reported = True
             self._on_exit(status)
+
+
+class Launched(Protocol):
+    """What `LaunchedTarget` reads of its command's launch (`boot.ssh_launch`'s, `boot.docker_launch`'s)."""
+
+    @property
+    def local(self) -> str: ...
+    @property
+    def key(self) -> str: ...
+
+
+class LaunchedTarget(AgentTarget):
+    """A kind whose command one launch describes, made by the target or started early for generation 1
+    (`boot.prelaunch`) and adopted: its sockets' place and its key are that launch's."""
+
+    starts_early = True  # its command, when the kernel's command line names the placement
+    _launch: Launched
+
+    @property
+    def local(self) -> str:
+        return self._launch.local
+
+    def connection(self, started: dict[str, Any]) -> dict[str, Any]:
+        # the key it was started with (an early one's is its own)
+        return {**super().connection(started), "key": self._launch.key}

@@ -27,12 +27,12 @@ import asyncio
 import os
 import shutil
 import subprocess
-from typing import Any, Unpack
+from typing import Unpack
 
 from ..boot.docker_launch import Launch
 from ..boot.placement import Placement, PlacementError
 from ..boot.prelaunch import EarlyDocker
-from .agent import AgentTarget
+from .agent import LaunchedTarget
 from .base import NO_ENGINES, CommonArgs, Engines, SshCommand
 from .process import WorkerProcess
 
@@ -54,8 +54,8 @@ async def _docker(engines: Engines, *args: str, timeout: float = 30) -> tuple[in
     return proc.returncode or 0, (err.decode("utf-8", "replace").strip().splitlines() or [""])[-1]
 
 
-class DockerTarget(AgentTarget):
-    starts_early = True  # its docker run, when the kernel's command line names the placement
+class DockerTarget(LaunchedTarget):
+    _launch: Launch
     host_channel = "mounted"  # the supervisor's socket, one file mounted into the container
 
     def __init__(self, placement: Placement, *, early: EarlyDocker | None = None, worker_kernel: str = "",
@@ -89,14 +89,6 @@ class DockerTarget(AgentTarget):
     @property
     def where(self) -> str:
         return f"in a container of {self.placement.target}"
-
-    @property
-    def local(self) -> str:
-        return self._launch.local
-
-    def connection(self, started: dict[str, Any]) -> dict[str, Any]:
-        # the key it was started with (an early container's is its own)
-        return {**super().connection(started), "key": self._launch.key}
 
     def adopt(self) -> subprocess.Popen[bytes] | None:
         self._launch.memory_limit = self.memory_limit

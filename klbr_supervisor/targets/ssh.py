@@ -23,14 +23,14 @@ import asyncio
 import os
 import signal
 import subprocess
-from typing import Any, Unpack
+from typing import Unpack
 
 from ..boot.agent_launch import CHANNELS
 from ..boot.placement import Placement, PlacementError
 from ..boot.prelaunch import EarlySsh
 from ..boot.ssh_launch import Launch, base_command, remote
 from ..exits import describe_exit
-from .agent import AgentTarget
+from .agent import LaunchedTarget
 from .base import NO_ENGINES, CommonArgs, Engines, SshCommand
 
 PROBE = ("import importlib.util, sys\n"
@@ -74,8 +74,8 @@ async def problem(placement: Placement, ssh_command: list[str], ssh_options: lis
     return f"{placement.python} on {placement.host} cannot run: {said or describe_exit(proc.returncode)}"
 
 
-class SshTarget(AgentTarget):
-    starts_early = True  # its ssh, when the kernel's command line names the placement
+class SshTarget(LaunchedTarget):
+    _launch: Launch
     host_channel = "forwarded"  # one more socket on its ssh, back to this machine's (`ssh_launch`)
 
     def __init__(self, placement: Placement, *, early: EarlySsh | None = None, worker_kernel: str = "",
@@ -103,14 +103,6 @@ class SshTarget(AgentTarget):
     @property
     def where(self) -> str:
         return f"on {self.placement.host}"
-
-    @property
-    def local(self) -> str:
-        return self._launch.local
-
-    def connection(self, started: dict[str, Any]) -> dict[str, Any]:
-        # the key it was started with (an early ssh's is its own)
-        return {**super().connection(started), "key": self._launch.key}
 
     def adopt(self) -> subprocess.Popen[bytes] | None:
         self._launch.memory_limit = self.memory_limit  # for the agent to pass on
