@@ -12,7 +12,12 @@ close the bracket). klbr's own workers publish without the mark and are not coun
 Two kinds of number are not drops: a reply still on its way when the idle came (the caller says how
 many requests still await theirs, and at most that many are excused), and a reply the worker sends
 where klbr does not read (a message-mode interrupt's, to jupyter_client's manager: `elsewhere`).
-Messages from another `Session` of the worker (another id before the pid) are not counted. No I/O.
+Messages from another `Session` of the worker (another id before the pid) are not counted.
+
+Counting starts at the first message that comes on iopub: before the worker has the proxy's
+subscription, it publishes to no one (the status of a kernel_info it answered on shell while the
+subscription was still on its way, under load), and that is no drop. What came on the other channels
+before it is kept, above it. No I/O.
 """
 
 from __future__ import annotations
@@ -26,17 +31,25 @@ _HELD = 4096
 class Sequence:
     def __init__(self) -> None:
         self._prefix: str | None = None  # "<session>_<pid>" of the worker's first message
-        self._upto = -1  # every number up to here came, or was counted
+        self._counting = False  # a message came on iopub: its subscription is there
+        self._upto = -1  # every number up to here came, or was counted (once `_counting`)
         self._held: set[int] = set()  # numbers that came above `_upto`
         self._lost = 0  # numbers counted as dropped, not yet told
         self._elsewhere = 0  # replies the worker sends where klbr does not read, not yet met
 
-    def note(self, msg_id: str) -> None:
-        """A message of the worker's came (on any channel)."""
+    def note(self, msg_id: str, iopub: bool) -> None:
+        """A message of the worker's came (on any channel; `iopub`: on iopub)."""
         number = self._number(msg_id)
         if number is None or number <= self._upto:
             return
         self._held.add(number)
+        if not self._counting:
+            if not iopub:
+                return
+            # The first on iopub: what the worker made before it is not counted (see the docstring).
+            self._counting = True
+            self._upto = number - 1
+            self._held = {n for n in self._held if n >= number}
         self._advance()
         while len(self._held) > _HELD:  # the oldest gap is no reordering: count it, go on past it
             lowest = min(self._held)
@@ -55,7 +68,7 @@ class Sequence:
         there on."""
         number = self._number(msg_id) if msg_id is not None else max(self._held, default=None)
         missing = 0
-        if number is not None and number > self._upto:
+        if self._counting and number is not None and number > self._upto:
             missing = number - self._upto - 1 - sum(1 for n in self._held if n < number)
             self._held = {n for n in self._held if n > number}
             self._upto = number
@@ -79,5 +92,4 @@ class Sequence:
             return None
         if self._prefix is None:
             self._prefix = prefix
-            self._upto = int(digits) - 1  # what it made before klbr listened is not counted
         return int(digits) if prefix == self._prefix else None
