@@ -147,6 +147,10 @@ def bind(info: dict[str, Any], context: zmq.Context[zmq.Socket[bytes]], max_mess
             encryption.serve(sock, server_keys)
             if kind == zmq.ROUTER:
                 sock.router_handover = 1  # a reconnecting client takes over its identity
+                # Every request read is answered: replies a client takes slower than the proxy
+                # makes them (10 000 aborted executes, under load) wait here for it. At libzmq's
+                # mark of 1000 a mandatory ROUTER refuses the send, and the reply was dropped.
+                sock.sndhwm = 0
                 if name in ("shell", "stdin"):
                     # Say when the frontend is not there: an input_request must wait for it (see
                     # `stdin`), and a reply it cannot get means its outputs reached no one.

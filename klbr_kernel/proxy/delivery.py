@@ -239,7 +239,7 @@ class Delivery:
         # Replies still on their way (another socket than the idle's): this cell's own, and others'.
         awaited = sum(1 for other in self._current.waiting.values() if other.expects_reply
                       and other.phase in (Phase.SENT, Phase.AWAITING_REPLY))
-        dropped = req.generation.dropped_before(idle, awaited)
+        dropped = req.generation.dropped_before(idle, awaited, req.msg_id)
         if dropped:
             log.warning("generation %d dropped %d messages before %s %s's idle", req.generation.number, dropped,
                         req.msg_type, req.msg_id)

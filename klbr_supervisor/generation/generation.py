@@ -233,12 +233,16 @@ class Generation:
         """Whether its worker's iopub may drop, and so its message numbers are counted (`sequence`)."""
         return self._traffic.sequence is not None
 
-    def dropped_before(self, msg_id: str | None, awaited: int) -> int:
-        """How many messages its worker made before `msg_id` (the idle that ends a request; None:
+    def dropped_before(self, msg_id: str | None, awaited: int, request: str = "") -> int:
+        """How many messages its worker made before `msg_id` (the idle that ends `request`; None:
         the newest that came) never came: what its iopub dropped, where it may (see `sequence`); 0
-        for klbr's own workers. `awaited`: replies to other requests still on their way."""
+        for klbr's own workers. `awaited`: replies to other requests still on their way; the
+        generation's own (the execution-count sync after a cell) are added here: a reply on shell
+        can come after the next cell's idle on iopub."""
         sequence = self._traffic.sequence
-        return sequence.dropped_before(msg_id, awaited) if sequence is not None else 0
+        if sequence is None:
+            return 0
+        return sequence.dropped_before(msg_id, awaited + len(self._readiness.unanswered), request)
 
     def send(self, channel: str, frames: Frames) -> bool:
         if self.state in _OVER:

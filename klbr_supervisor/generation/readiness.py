@@ -32,6 +32,7 @@ class Readiness:
         self.ready: asyncio.Future[None] = self._loop.create_future()
         self.kernel_info: dict[str, Any] = {}
         self.own_ids: set[str] = set()  # msg_ids of the generation's own requests
+        self.unanswered: set[str] = set()  # those whose reply has not come (yet)
         self._asked: dict[str, asyncio.Future[Wire]] = {}  # those whose reply someone awaits
         self.iopub_seen = False  # a message came on iopub: its subscription is there
 
@@ -42,6 +43,7 @@ class Readiness:
     def send_own(self, msg: dict[str, Any]) -> None:
         """Send a request of the generation's own on shell (its answers come back to `reply`)."""
         self.own_ids.add(msg["header"]["msg_id"])
+        self.unanswered.add(msg["header"]["msg_id"])
         self._channels.send("shell", self._session.serialize(msg))
 
     async def ask(self, msg: dict[str, Any], timeout: float) -> Wire | None:
@@ -71,6 +73,7 @@ class Readiness:
 
     def reply(self, wire: Wire) -> None:
         """A shell reply to one of `own_ids`."""
+        self.unanswered.discard(wire.parent_id)
         answer = self._asked.get(wire.parent_id)
         if answer is not None and not answer.done():
             answer.set_result(wire)

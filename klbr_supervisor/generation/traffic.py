@@ -53,7 +53,7 @@ class Traffic:
             if self.heard is not None:
                 self.heard()  # a message its key signed: word from it
             if self.sequence is not None:
-                self.sequence.note(wire.msg_id)
+                self.sequence.note(wire.msg_id, channel == "iopub", wire.parent_id)
         except ValueError as e:  # MalformedMessage, a bad signature, an undecodable header
             gen.log.warning("generation %d: malformed %s message dropped: %s", gen.number, channel, e)
             return
