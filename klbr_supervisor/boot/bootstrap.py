@@ -251,6 +251,8 @@ class _Interrupts:
         self.main = threading.main_thread().ident
         self.pair: tuple[socket.socket, socket.socket] | None = None  # (read, write), once made
         self.watcher: threading.Thread | None = None
+        # An execute's handler runs, its cell's code not yet (see `_held_until_the_code`).
+        self.before_code = False
 
     def arm(self) -> None:
         """Ours is the wakeup fd, unless another is there (asyncio's, for a cell's handler: then
@@ -332,6 +334,8 @@ class _Landing:
 
     def __call__(self, signum: int, frame: Any) -> Any:
         with _interrupts.lock:
+            if _interrupts.before_code and _interrupts.counting():
+                return None  # left undrained: the watcher sends it again until the cell's code runs
             if not _interrupts.take() and _interrupts.counting():
                 return None
         result = self.handler(signum, frame)
@@ -376,6 +380,35 @@ def _install(signalnum: int, handler: Any) -> Any:
     return _given(before)
 
 
+def _held_until_the_code() -> None:
+    """A SIGINT that comes while ipykernel runs an execute's handler but not yet its cell's code
+    (klbr sends the interrupt of a cell once it sees its execute_input, published there) raised
+    its KeyboardInterrupt in ipykernel's own code: "KeyboardInterrupt caught in kernel", and the
+    execute never replied. Between the handler's start and IPython's `run_code` the wrapper leaves
+    the signal undrained, and the watcher sends it again until the code runs; an execute that ends
+    without running code (aborted) has it dropped with ipykernel's SIG_IGN."""
+    kernel: Any = getattr(_ipykernel("ipykernel.ipkernel"), "IPythonKernel", None)
+    shell: Any = getattr(_ipykernel("IPython.core.interactiveshell"), "InteractiveShell", None)
+    execute, run_code = getattr(kernel, "execute_request", None), getattr(shell, "run_code", None)
+    if execute is None or run_code is None:
+        notice("a SIGINT that comes before a cell's code runs may end the execute without a reply")
+        return
+
+    async def execute_request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _interrupts.before_code = True
+        try:
+            return await execute(self, *args, **kwargs)
+        finally:
+            _interrupts.before_code = False
+
+    async def run_code_now(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _interrupts.before_code = False
+        return await run_code(self, *args, **kwargs)
+
+    kernel.execute_request = execute_request
+    shell.run_code = run_code_now
+
+
 def interrupts_land() -> None:
     """An interrupt always lands, once. A SIGINT sent to the worker (its group: `killpg`, as
     jupyter_client sends it) sets Python's flag from the C handler on whichever thread the kernel
@@ -415,6 +448,7 @@ def interrupts_land() -> None:
             return found
 
         shell._get_exc_info = _get_exc_info
+    _held_until_the_code()
 
 
 def main() -> None:
