@@ -288,7 +288,8 @@ class Supervisor(SupervisorSettings):
         return None
 
     async def interrupt(self) -> None:
-        """Interrupt the current generation; kill it if its cell has not ended within the grace."""
+        """Interrupt the current generation (once its cell has begun: `CellWatch.interrupt`); kill it if
+        its cell has not ended within the grace."""
         gen = self.current
         if gen is None or not gen.alive:
             return

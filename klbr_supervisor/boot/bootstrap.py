@@ -8,7 +8,8 @@
 - `flush_only_what_waits`: a flush with nothing to send returns at once;
 - `shell_on_main_thread`: ipykernel 7 serves shell on its main thread, as 6.x does;
 - `interrupts_land`: a SIGINT ends what the main thread waits in, once, whatever thread took it and
-  whenever it came (an awaiting cell's loop woken too).
+  whenever it came (an awaiting cell's loop woken too), and is held while an execute has not yet
+  reached its cell's code.
 
 Where this ipykernel does not let one be done, the worker says so on its stderr, one line per
 missing behaviour beginning with `NOTICE` (`targets.process.StderrTail` copies such a line into the
@@ -433,7 +434,8 @@ def interrupts_land() -> None:
     ipykernel cancels an awaiting cell from its SIGINT handler with the loop's plain `call_soon`,
     and the loop, waiting in epoll, slept on to its timeout (`await asyncio.sleep(60)` ran to its
     end, and was killed). The wrapper's own frame is taken out of what IPython shows of the
-    KeyboardInterrupt it raised. Must run before ipykernel is imported (`kernelbase` binds
+    KeyboardInterrupt it raised. A SIGINT that comes before the cell's code runs waits for it
+    (`_held_until_the_code`). Must run before ipykernel is imported (`kernelbase` binds
     `signal.signal`)."""
     signal.signal = _install
     signal.getsignal = lambda signalnum: _given(_getsignal(signalnum))
