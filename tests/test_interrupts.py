@@ -11,6 +11,7 @@ from __future__ import annotations
 import ctypes
 import re
 import signal
+from pathlib import Path
 
 import pytest
 
@@ -64,8 +65,12 @@ def test_an_interrupted_cells_traceback_ends_at_its_own_line_as_under_ipykernel(
     (nbclient's own suite compares it with plain ipykernel's)."""
     with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
         _placed(kc, where, other_python)
+        pid = worker_pid(kc)
         msg_id = kc.execute("import time\nprint('sleeping', flush=True)\ntime.sleep(600)")
         wait_for_stream(kc, msg_id)
+        # In the sleep, not still in the print's flush (ipykernel's waits for its IO thread, which
+        # sent the stream first): a KeyboardInterrupt there ends the traceback in threading.py.
+        until(lambda: Path(f"/proc/{pid}/wchan").read_text() == "hrtimer_nanosleep", 30, "the cell asleep")
         km.interrupt_kernel()
         reply, outputs = collect(kc, msg_id, timeout=60)
         plain = [re.sub(r"\x1b\[[0-9;]*m", "", line) for line in reply["content"]["traceback"]]
