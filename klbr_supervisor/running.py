@@ -26,8 +26,11 @@ class RunningCell:
     on_deadline: Callable[[RunningCell], None]
     cell_id: int | None = None  # its row in the store (what `host.inspect` calls the cell)
     counts: bool = False  # it takes an execution count (its worker numbers the next cell after it)
+    silent: bool = False  # a silent execute: its worker publishes no execute_input for it
     deadline: Deadline | None = None
     started: bool = False  # the worker reported busy for it
+    begun: bool = False  # a SIGINT lands on it: its execute_input came (a silent one's busy)
+    interrupt_asked: bool = False  # an interrupt for it waits for it to begin (see `CellWatch.interrupt`)
     replied: bool = False  # the worker's reply to it has come
     idle: bool = False  # the worker's idle for it has come
     finished: asyncio.Event = field(default_factory=asyncio.Event)

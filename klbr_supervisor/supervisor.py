@@ -244,11 +244,12 @@ class Supervisor(SupervisorSettings):
         return gen is not None and gen.alive and gen.send(channel, frames)
 
     def send_execute(self, frames: Frames, *, msg_id: str, code: str, counts: bool, timeout: float | None,
-                     cell_id: int | None = None, sync: tuple[int, dict[int, str]] | None = None
-                     ) -> RunningCell | None:
+                     cell_id: int | None = None, sync: tuple[int, dict[int, str]] | None = None,
+                     silent: bool = False) -> RunningCell | None:
         """Send an execute; `sync` first, if the worker is to continue after another count.
 
-        `counts` is whether the execute takes an execution count (store_history and not silent);
+        `counts` is whether the execute takes an execution count (store_history and not silent),
+        `silent` whether it is silent (its worker publishes no execute_input: see `CellWatch`);
         `timeout` a per-cell deadline; `cell_id` its row in the store; `sync` (last count, `In[n]`
         texts the worker never saw) what the generation's `sync_count` tells it, the driver's to
         decide (it knows what the frontend was shown; the generation's `next_count` says where its
@@ -262,7 +263,7 @@ class Supervisor(SupervisorSettings):
             return None
         if sync is not None:
             gen.sync_count(*sync)
-        cell = self.cells.sent(msg_id, code, gen, timeout, cell_id, counts)
+        cell = self.cells.sent(msg_id, code, gen, timeout, cell_id, counts, silent)
         if gen.memory is not None:
             gen.memory.cell_started()
         return cell if gen.send("shell", frames) else None
@@ -287,13 +288,13 @@ class Supervisor(SupervisorSettings):
         return None
 
     async def interrupt(self) -> None:
-        """Interrupt the current generation; kill it if its cell has not ended within the grace."""
+        """Interrupt the current generation (once its cell has begun: `CellWatch.interrupt`); kill it if
+        its cell has not ended within the grace."""
         gen = self.current
         if gen is None or not gen.alive:
             return
         self.store.event("interrupt", {"generation": gen.number})
-        await gen.interrupt()
-        self.cells.interrupted(gen)
+        await self.cells.interrupt(gen)
 
     def notebook_moved(self, path: str) -> None:
         """The notebook this session serves is at `path` now (the driver was told: a rename, a move,

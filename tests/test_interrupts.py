@@ -14,7 +14,18 @@ import signal
 
 import pytest
 
-from utils import collect, execute, results, start_kernel, stream_text, value, wait_for_stream, worker_pid
+from utils import (
+    collect,
+    cpu_burners,
+    execute,
+    results,
+    start_kernel,
+    stream_text,
+    until,
+    value,
+    wait_for_stream,
+    worker_pid,
+)
 
 
 def _placed(kc, where: str, other_python) -> None:
@@ -111,4 +122,90 @@ def test_an_interrupted_await_is_cancelled_and_the_namespace_stays(tmp_path, oth
         km.interrupt_kernel()
         reply, _ = collect(kc, msg_id, timeout=60)  # without the wake-up: WorkerKilled, after the grace
         assert reply["content"]["ename"] == "CancelledError", reply["content"]
+        assert worker_pid(kc) == pid and value(kc, "kept") == 42
+
+
+# A worker that has read the next execute (its busy is out) and is held before ipykernel installs
+# its SIGINT handler (`pre_handler_hook`), until the test lets it go: the moment, held open, where a
+# worker slow to begin a cell under load ignored the interrupt (SIG_IGN between cells).
+_HOLD_BEFORE_THE_NEXT_CELL = """\
+import os, time
+kernel = get_ipython().kernel
+def held(hook=kernel.pre_handler_hook):
+    del kernel.pre_handler_hook
+    open({held!r}, "w").close()
+    while not os.path.exists({go!r}):
+        time.sleep(0.01)
+    hook()
+kernel.pre_handler_hook = held
+"""
+
+
+@pytest.mark.parametrize("where", ["local", "python"])
+def test_an_interrupt_before_the_worker_begins_the_cell_waits_for_it_and_keeps_the_namespace(tmp_path, other_python,
+                                                                                             where):
+    """ipykernel ignores SIGINT between cells and installs its handler only once it runs the next one:
+    an interrupt sent to a worker that had the cell but had not begun it was lost, the cell ran on and
+    klbr killed the worker after the grace (WorkerKilled, the namespace lost). Now the interrupt waits
+    for the cell's execute_input, and the grace counts from then."""
+    held, go = tmp_path / "held", tmp_path / "go"
+    with cpu_burners(2), start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        _placed(kc, where, other_python)
+        execute(kc, "kept = 42")
+        pid = worker_pid(kc)
+        assert execute(kc, _HOLD_BEFORE_THE_NEXT_CELL.format(held=str(held), go=str(go)))[0]["content"]["status"] == "ok"
+        msg_id = kc.execute("import time\ntime.sleep(600)")
+        until(held.exists, 30, "the worker reading the cell")
+        interrupt = kc.session.msg("interrupt_request", {})
+        kc.control_channel.send(interrupt)
+        reply = kc.control_channel.get_msg(timeout=30)  # answered once klbr has done what it does at once
+        assert reply["parent_header"]["msg_id"] == interrupt["header"]["msg_id"]
+        go.touch()
+        reply, _ = collect(kc, msg_id, timeout=60)  # without the wait: WorkerKilled after the grace
+        assert reply["content"]["ename"] == "KeyboardInterrupt", reply["content"]
+        assert worker_pid(kc) == pid and value(kc, "kept") == 42
+        # An interrupt for a cell that has ended does nothing to the next.
+        interrupt = kc.session.msg("interrupt_request", {})
+        kc.control_channel.send(interrupt)
+        kc.control_channel.get_msg(timeout=30)
+        assert value(kc, "import time\ntime.sleep(0.5)\nkept + 1") == 43
+
+
+# The next cell's execute_input is out, its code not yet run: IPython's pre_run_cell holds it there.
+_HOLD_BEFORE_THE_NEXT_CELLS_CODE = """\
+import os, time
+def held(info=None):
+    get_ipython().events.unregister("pre_run_cell", held)
+    open({held!r}, "w").close()
+    while not os.path.exists({go!r}):
+        time.sleep(0.01)
+get_ipython().events.register("pre_run_cell", held)
+"""
+
+
+@pytest.mark.parametrize("where", ["local", "python"])
+def test_an_interrupt_between_execute_input_and_the_cells_code_waits_for_the_code(tmp_path, other_python, where):
+    """ipykernel has installed its handler and published execute_input, but runs its own code (and
+    IPython's) before the cell's: a KeyboardInterrupt there was caught by ipykernel ("KeyboardInterrupt
+    caught in kernel"), the execute never replied and klbr killed the worker. klbr's workers hold the
+    signal until the cell's code runs."""
+    held, go = tmp_path / "held", tmp_path / "go"
+    with cpu_burners(2), start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        _placed(kc, where, other_python)
+        execute(kc, "kept = 42")
+        pid = worker_pid(kc)
+        code = _HOLD_BEFORE_THE_NEXT_CELLS_CODE.format(held=str(held), go=str(go))
+        assert execute(kc, code)[0]["content"]["status"] == "ok"
+        msg_id = kc.execute("import time\ntime.sleep(600)")
+        while True:  # klbr has seen it too: it forwards what it has watched
+            seen = kc.get_iopub_msg(timeout=30)
+            if seen["msg_type"] == "execute_input" and seen["parent_header"].get("msg_id") == msg_id:
+                break
+        until(held.exists, 30, "the worker holding before the cell's code")
+        interrupt = kc.session.msg("interrupt_request", {})
+        kc.control_channel.send(interrupt)
+        kc.control_channel.get_msg(timeout=30)  # the signal went out before this answer
+        go.touch()
+        reply, _ = collect(kc, msg_id, timeout=60)  # without the hold: no reply, WorkerKilled after the grace
+        assert reply["content"]["ename"] == "KeyboardInterrupt", reply["content"]
         assert worker_pid(kc) == pid and value(kc, "kept") == 42

@@ -5,7 +5,7 @@ import asyncio
 import logging
 import time
 
-from klbr_supervisor.cell_watch import CellWatch
+from klbr_supervisor.cell_watch import RESEND, CellWatch
 from klbr_supervisor.policy import Policy
 from klbr_supervisor.states import EndReason
 from klbr_supervisor.tasks import Tasks
@@ -51,12 +51,13 @@ class StandIn:
     def __init__(self):
         self.ending = None
         self.stopped: list[tuple[EndReason, float]] = []
+        self.interrupts: list[float] = []  # when each interrupt went to its worker
 
     def mark_busy(self, busy: bool) -> None:
         pass
 
     async def interrupt(self) -> None:
-        pass
+        self.interrupts.append(time.monotonic())
 
     async def stop(self, reason: EndReason, grace: float) -> None:
         self.stopped.append((reason, time.monotonic()))
@@ -75,8 +76,9 @@ def _interrupt(grace: float, *, ends_in_time: bool) -> tuple[list, float]:
             watch.tasks = Tasks(group, log)
             watch.sent("cell", "while True: pass", generation, None, None)
             watch.started("cell")
+            watch.began("cell")
             interrupted = time.monotonic()
-            watch.interrupted(generation)
+            await watch.interrupt(generation)
             if ends_in_time:
                 watch.finished("cell")  # its reply came: an interrupted cell that ended
         return interrupted
@@ -95,6 +97,105 @@ def test_interrupt_ladder_kills_after_the_grace():
     # ... and one that ends within it keeps its worker and namespace.
     stopped, _ = _interrupt(0.5, ends_in_time=True)
     assert stopped == []
+
+
+def _walk(steps) -> StandIn:
+    """`steps(watch, generation)` walked with a ladder of 0.5 s grace; returns once the ladder is done."""
+    generation = StandIn()
+
+    async def walk() -> None:
+        log = logging.getLogger("test-ladder")
+        watch = CellWatch(Policy(interrupt_grace=0.5), kill_grace=0.1, log=log, on_finished=lambda cell: None)
+        async with asyncio.TaskGroup() as group:
+            watch.tasks = Tasks(group, log)
+            await steps(watch, generation)
+
+    asyncio.run(walk())
+    return generation
+
+
+async def _until(check) -> None:
+    async with asyncio.timeout(10):
+        while not check():
+            await asyncio.sleep(0.01)
+
+
+def test_an_interrupt_waits_for_its_cell_to_begin_and_the_grace_counts_from_then():
+    """ipykernel ignores SIGINT until it runs the cell (its execute_input): an interrupt asked for
+    before goes out then, and the kill comes a grace after that, not after the request."""
+    began: list[float] = []
+
+    async def steps(watch: CellWatch, generation: StandIn) -> None:
+        watch.sent("earlier", "1", generation, None, None)
+        watch.started("earlier")
+        watch.began("earlier")  # its worker publishes execute_input
+        watch.finished("earlier")
+        watch.sent("cell", "while True: pass", generation, None, None)
+        watch.started("cell")  # busy: ipykernel has not installed its handler yet
+        await watch.interrupt(generation)
+        await watch.interrupt(generation)  # pressed twice: still one interrupt, when it can land
+        await asyncio.sleep(0.8)  # longer than the grace: nothing is killed before the cell begins
+        assert generation.interrupts == [] and generation.stopped == []
+        began.append(time.monotonic())
+        watch.began("cell")
+
+    generation = _walk(steps)
+    assert len(generation.interrupts) == 1 and generation.interrupts[0] >= began[0]
+    assert [reason for reason, _ in generation.stopped] == [EndReason.KILLED]
+    assert generation.stopped[0][1] - generation.interrupts[0] >= 0.5
+
+
+def test_on_a_worker_never_seen_to_publish_execute_input_an_interrupt_goes_a_grace_after_busy():
+    """A kernelspec's kernel may publish no execute_input: its interrupt still goes, late."""
+    busy: list[float] = []
+
+    async def steps(watch: CellWatch, generation: StandIn) -> None:
+        watch.sent("cell", "while True: pass", generation, None, None)
+        await watch.interrupt(generation)
+        busy.append(time.monotonic())
+        watch.started("cell")
+
+    generation = _walk(steps)
+    assert len(generation.interrupts) == 1 and generation.interrupts[0] - busy[0] >= 0.5
+    assert [reason for reason, _ in generation.stopped] == [EndReason.KILLED]
+
+
+def test_an_interrupt_for_a_cell_that_ends_before_it_begins_does_nothing_to_the_next():
+    async def steps(watch: CellWatch, generation: StandIn) -> None:
+        watch.sent("first", "1", generation, None, None)
+        await watch.interrupt(generation)
+        watch.finished("first")  # aborted, say: it never began
+        watch.sent("second", "2", generation, None, None)
+        watch.started("second")
+        watch.began("second")
+        watch.finished("second")
+
+    generation = _walk(steps)
+    assert generation.interrupts == [] and generation.stopped == []
+
+
+def test_a_silent_cells_interrupt_goes_at_its_busy_and_once_more_unless_it_ended():
+    """A silent execute publishes no execute_input: its interrupt goes at its busy (ipykernel installs
+    its handler right after) and again `RESEND` later if the cell is still running."""
+    async def runs_on(watch: CellWatch, generation: StandIn) -> None:
+        watch.sent("cell", "while True: pass", generation, None, None, silent=True)
+        await watch.interrupt(generation)
+        assert generation.interrupts == []
+        watch.started("cell")
+
+    generation = _walk(runs_on)
+    assert len(generation.interrupts) == 2 and generation.interrupts[1] - generation.interrupts[0] >= RESEND
+    assert [reason for reason, _ in generation.stopped] == [EndReason.KILLED]
+
+    async def ends(watch: CellWatch, generation: StandIn) -> None:
+        watch.sent("cell", "while True: pass", generation, None, None, silent=True)
+        await watch.interrupt(generation)
+        watch.started("cell")
+        await _until(lambda: generation.interrupts)
+        watch.finished("cell")  # the first landed
+
+    generation = _walk(ends)
+    assert len(generation.interrupts) == 1 and generation.stopped == []
 
 
 def test_restart_budget_is_per_window():

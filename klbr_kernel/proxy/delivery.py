@@ -106,7 +106,8 @@ class Delivery:
         assert execute is not None, "an execute_request is made with its own state"
         execute.running = self._supervisor.send_execute(
             self._as_worker_execute(req), msg_id=req.msg_id, code=req.worker_code, counts=req.counts,
-            timeout=execute.timeout, cell_id=execute.record.id if execute.record is not None else None, sync=sync)
+            timeout=execute.timeout, cell_id=execute.record.id if execute.record is not None else None, sync=sync,
+            silent=req.silent)
 
     def _as_worker_execute(self, req: Request) -> Frames:
         """The execute as the worker gets it: stop_on_error off (the proxy applies it), and the

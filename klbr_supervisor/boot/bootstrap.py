@@ -8,7 +8,8 @@
 - `flush_only_what_waits`: a flush with nothing to send returns at once;
 - `shell_on_main_thread`: ipykernel 7 serves shell on its main thread, as 6.x does;
 - `interrupts_land`: a SIGINT ends what the main thread waits in, once, whatever thread took it and
-  whenever it came (an awaiting cell's loop woken too).
+  whenever it came (an awaiting cell's loop woken too), and is held while an execute has not yet
+  reached its cell's code.
 
 Where this ipykernel does not let one be done, the worker says so on its stderr, one line per
 missing behaviour beginning with `NOTICE` (`targets.process.StderrTail` copies such a line into the
@@ -251,6 +252,8 @@ class _Interrupts:
         self.main = threading.main_thread().ident
         self.pair: tuple[socket.socket, socket.socket] | None = None  # (read, write), once made
         self.watcher: threading.Thread | None = None
+        # An execute's handler runs, its cell's code not yet (see `_held_until_the_code`).
+        self.before_code = False
 
     def arm(self) -> None:
         """Ours is the wakeup fd, unless another is there (asyncio's, for a cell's handler: then
@@ -332,6 +335,8 @@ class _Landing:
 
     def __call__(self, signum: int, frame: Any) -> Any:
         with _interrupts.lock:
+            if _interrupts.before_code and _interrupts.counting():
+                return None  # left undrained: the watcher sends it again until the cell's code runs
             if not _interrupts.take() and _interrupts.counting():
                 return None
         result = self.handler(signum, frame)
@@ -376,6 +381,35 @@ def _install(signalnum: int, handler: Any) -> Any:
     return _given(before)
 
 
+def _held_until_the_code() -> None:
+    """A SIGINT that comes while ipykernel runs an execute's handler but not yet its cell's code
+    (klbr sends the interrupt of a cell once it sees its execute_input, published there) raised
+    its KeyboardInterrupt in ipykernel's own code: "KeyboardInterrupt caught in kernel", and the
+    execute never replied. Between the handler's start and IPython's `run_code` the wrapper leaves
+    the signal undrained, and the watcher sends it again until the code runs; an execute that ends
+    without running code (aborted) has it dropped with ipykernel's SIG_IGN."""
+    kernel: Any = getattr(_ipykernel("ipykernel.ipkernel"), "IPythonKernel", None)
+    shell: Any = getattr(_ipykernel("IPython.core.interactiveshell"), "InteractiveShell", None)
+    execute, run_code = getattr(kernel, "execute_request", None), getattr(shell, "run_code", None)
+    if execute is None or run_code is None:
+        notice("a SIGINT that comes before a cell's code runs may end the execute without a reply")
+        return
+
+    async def execute_request(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _interrupts.before_code = True
+        try:
+            return await execute(self, *args, **kwargs)
+        finally:
+            _interrupts.before_code = False
+
+    async def run_code_now(self: Any, *args: Any, **kwargs: Any) -> Any:
+        _interrupts.before_code = False
+        return await run_code(self, *args, **kwargs)
+
+    kernel.execute_request = execute_request
+    shell.run_code = run_code_now
+
+
 def interrupts_land() -> None:
     """An interrupt always lands, once. A SIGINT sent to the worker (its group: `killpg`, as
     jupyter_client sends it) sets Python's flag from the C handler on whichever thread the kernel
@@ -400,7 +434,8 @@ def interrupts_land() -> None:
     ipykernel cancels an awaiting cell from its SIGINT handler with the loop's plain `call_soon`,
     and the loop, waiting in epoll, slept on to its timeout (`await asyncio.sleep(60)` ran to its
     end, and was killed). The wrapper's own frame is taken out of what IPython shows of the
-    KeyboardInterrupt it raised. Must run before ipykernel is imported (`kernelbase` binds
+    KeyboardInterrupt it raised. A SIGINT that comes before the cell's code runs waits for it
+    (`_held_until_the_code`). Must run before ipykernel is imported (`kernelbase` binds
     `signal.signal`)."""
     signal.signal = _install
     signal.getsignal = lambda signalnum: _given(_getsignal(signalnum))
@@ -415,6 +450,7 @@ def interrupts_land() -> None:
             return found
 
         shell._get_exc_info = _get_exc_info
+    _held_until_the_code()
 
 
 def memory_error_says_why(limit: int) -> None:
