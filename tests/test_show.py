@@ -85,7 +85,8 @@ def test_a_renamed_new_notebook_keeps_its_history_and_a_new_untitled_gets_none(t
         run_cell(page, 1)
         expect(cell(page, 1).locator(".jp-OutputArea")).to_contain_text("42", timeout=60_000)
         _rename(page, "analysis.ipynb")
-        assert _sessions(server.db) == [str(root / "analysis.ipynb")]
+        # The kernel answered once it took the path; its writer commits it a moment later.
+        until(lambda: _sessions(server.db) == [str(root / "analysis.ipynb")], 30, "the session filed under the new name")
         page.close()  # never saved: the file has no outputs
     with running(root) as server:  # the server restarts
         page = open_notebook(browser, server, "analysis.ipynb")
@@ -217,7 +218,8 @@ def test_notebook_7_restores_names_no_false_notice_has_a_klbr_entry_and_follows_
     expect(cell(page, 1).locator(".jp-OutputArea")).to_contain_text("'after'", timeout=60_000)
     assert NOTICE not in page.locator(".jp-Notebook").inner_text()
     _rename(page, "renamed-seven.ipynb", title="seven")
-    assert _sessions(notebook7.db)[-1] == str(notebook7.root / "renamed-seven.ipynb")
+    until(lambda: _sessions(notebook7.db)[-1] == str(notebook7.root / "renamed-seven.ipynb"), 30,
+          "the session filed under the new name")
     entry.click()
     dialog = page.locator(".jp-Dialog")
     expect(dialog.locator(".klbr-StatusDialog")).to_contain_text("cell log", timeout=30_000)
