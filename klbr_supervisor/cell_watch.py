@@ -13,8 +13,10 @@ installs its handler only once it runs the execute, after its busy, so a signal 
 lost, the cell ran on and the grace killed the worker. It goes out at the cell's execute_input
 (published from inside the handler); a silent execute has none: at its busy, and once more
 `RESEND` later if the cell has not ended; a worker not yet seen to publish an execute_input (a
-kernelspec's kernel may publish none): `interrupt_grace` after its busy. The grace counts from the
-signal (decision 68).
+kernelspec's kernel may publish none): `interrupt_grace` after its busy; and whatever the worker
+publishes, `interrupt_grace` after the interrupt at the latest (a worker hung holding the GIL as the
+cell began publishes nothing more, and is still ended). The grace counts from the signal
+(decision 68).
 """
 
 from __future__ import annotations
@@ -148,6 +150,10 @@ class CellWatch:
                 cell.interrupt_asked = True
                 if cell.started:
                     self._overdue_after_grace(cell)
+                # Whatever it publishes, it goes within the grace: a worker that hung as the cell
+                # began, holding the GIL, publishes nothing more (its execute_input included).
+                assert self.tasks is not None  # the supervisor's group runs before any cell is sent
+                self.tasks.start(self._begin_late(cell), "an interrupt whose cell has not begun")
             return
         await gen.interrupt()
         if cell is not None and cell.generation is gen:

@@ -134,13 +134,34 @@ def test_an_interrupt_waits_for_its_cell_to_begin_and_the_grace_counts_from_then
         watch.started("cell")  # busy: ipykernel has not installed its handler yet
         await watch.interrupt(generation)
         await watch.interrupt(generation)  # pressed twice: still one interrupt, when it can land
-        await asyncio.sleep(0.8)  # longer than the grace: nothing is killed before the cell begins
+        await asyncio.sleep(0.3)  # within the grace: nothing goes before the cell begins
         assert generation.interrupts == [] and generation.stopped == []
         began.append(time.monotonic())
         watch.began("cell")
 
     generation = _walk(steps)
     assert len(generation.interrupts) == 1 and generation.interrupts[0] >= began[0]
+    assert [reason for reason, _ in generation.stopped] == [EndReason.KILLED]
+    assert generation.stopped[0][1] - generation.interrupts[0] >= 0.5
+
+
+def test_a_cell_that_never_begins_gets_its_interrupt_a_grace_after_the_request_and_is_killed():
+    """A worker that hung as the cell began, holding the GIL, publishes nothing more (not even the
+    execute_input the interrupt waits for): it goes a grace after the request, and the kill a grace later."""
+    asked: list[float] = []
+
+    async def steps(watch: CellWatch, generation: StandIn) -> None:
+        watch.sent("earlier", "1", generation, None, None)
+        watch.started("earlier")
+        watch.began("earlier")  # its worker publishes execute_input
+        watch.finished("earlier")
+        watch.sent("cell", "hang()", generation, None, None)
+        watch.started("cell")
+        asked.append(time.monotonic())
+        await watch.interrupt(generation)
+
+    generation = _walk(steps)
+    assert len(generation.interrupts) == 1 and generation.interrupts[0] - asked[0] >= 0.5
     assert [reason for reason, _ in generation.stopped] == [EndReason.KILLED]
     assert generation.stopped[0][1] - generation.interrupts[0] >= 0.5
 
