@@ -189,7 +189,7 @@ class Supervisor:
         return self.current is not None
 
     def send_execute(self, frames: list[Any], *, msg_id: str, code: str, counts: bool, timeout: float | None,
-                     cell_id: int | None = None, sync: Any = None) -> Any:
+                     cell_id: int | None = None, sync: Any = None, silent: bool = False) -> Any:
         self._call("send_execute")
         self.sent.append(("shell", "execute_request", msg_id))
         return SimpleNamespace(timed_out=False, deadline=None)

@@ -179,3 +179,18 @@ def test_an_execute_sent_again_while_it_runs_gets_its_reply_and_no_second_bracke
             assert [c["status"] for c in h.frontend.contents(msg, "execute_reply")] == ["ok", "ok"]
             assert h.frontend.seen(msg).count(("iopub", "status")) == 2
     _run(main)
+
+
+def test_the_stand_in_supervisor_takes_what_the_real_one_takes():
+    """The harness's supervisor is called as the proxy calls the real one: a method whose parameters
+    drift (a new keyword the proxy passes) would fail every test here with an InternalError."""
+    import inspect  # noqa: PLC0415
+
+    import harness  # noqa: PLC0415
+    from klbr_supervisor.supervisor import Supervisor  # noqa: PLC0415
+
+    for name, method in vars(harness.Supervisor).items():
+        real = getattr(Supervisor, name, None)
+        if name.startswith("_") or not callable(method) or not callable(real):
+            continue
+        assert list(inspect.signature(method).parameters) == list(inspect.signature(real).parameters), name
