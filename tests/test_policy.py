@@ -120,16 +120,21 @@ async def _until(check) -> None:
             await asyncio.sleep(0.01)
 
 
+def _a_cell_that_began(watch: CellWatch, generation: StandIn) -> None:
+    """A cell run to its end on `generation`, its execute_input seen."""
+    watch.sent("earlier", "1", generation, None, None)
+    watch.started("earlier")
+    watch.began("earlier")
+    watch.finished("earlier")
+
+
 def test_an_interrupt_waits_for_its_cell_to_begin_and_the_grace_counts_from_then():
     """ipykernel ignores SIGINT until it runs the cell (its execute_input): an interrupt asked for
     before goes out then, and the kill comes a grace after that, not after the request."""
     began: list[float] = []
 
     async def steps(watch: CellWatch, generation: StandIn) -> None:
-        watch.sent("earlier", "1", generation, None, None)
-        watch.started("earlier")
-        watch.began("earlier")  # its worker publishes execute_input
-        watch.finished("earlier")
+        _a_cell_that_began(watch, generation)  # its worker is seen to publish execute_input
         watch.sent("cell", "while True: pass", generation, None, None)
         watch.started("cell")  # busy: ipykernel has not installed its handler yet
         await watch.interrupt(generation)
@@ -151,10 +156,7 @@ def test_a_cell_that_never_begins_gets_its_interrupt_a_grace_after_the_request_a
     asked: list[float] = []
 
     async def steps(watch: CellWatch, generation: StandIn) -> None:
-        watch.sent("earlier", "1", generation, None, None)
-        watch.started("earlier")
-        watch.began("earlier")  # its worker publishes execute_input
-        watch.finished("earlier")
+        _a_cell_that_began(watch, generation)  # its worker is seen to publish execute_input
         watch.sent("cell", "hang()", generation, None, None)
         watch.started("cell")
         asked.append(time.monotonic())
