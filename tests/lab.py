@@ -138,18 +138,23 @@ def chromium() -> Iterator[Any]:
             browser.close()
 
 
-def open_notebook(browser: Any, lab: Lab, name: str, context: Any = None) -> Any:
-    """A new tab on the notebook, its klbr kernel idle."""
+def open_notebook(browser: Any, lab: Lab, name: str, context: Any = None, state: str = "idle") -> Any:
+    """A new tab on the notebook, its klbr kernel shown `state` (busy: a cell of it runs)."""
     page = context.new_page() if context is not None else browser.new_page(viewport={"width": 1400, "height": 900})
     page.on("dialog", lambda dialog: dialog.accept())  # "leave the page?" on reload
     page.goto(lab.url(name), timeout=90_000)
-    idle(page)
+    kernel_shown(page, state)
     return page
 
 
-def idle(page: Any) -> None:
+def kernel_shown(page: Any, state: str) -> None:
+    """The page's kernel is klbr, and its indicator shows `state` (the last status the page had)."""
     expect(page.locator(".jp-Toolbar-kernelName").first).to_contain_text("klbr", timeout=90_000)
-    expect(page.locator("[data-status='idle']").first).to_be_attached(timeout=90_000)
+    expect(page.locator(f"[data-status='{state}']").first).to_be_attached(timeout=90_000)
+
+
+def idle(page: Any) -> None:
+    kernel_shown(page, "idle")
 
 
 def cell(page: Any, index: int) -> Any:

@@ -323,3 +323,39 @@ def test_a_log_written_before_the_column_is_migrated_and_still_exports(tmp_path)
     nb = nbformat.from_dict(export_notebook(connect(str(db)), 1))
     nbformat.validate(nb)
     assert [c.id for c in nb.cells] == ["klbr-1"]
+
+
+def _statuses(kc, until_idle_of: str, timeout: float = 60) -> list[tuple[str | None, str]]:
+    """Every status on iopub, as (its parent's msg_id, or None for no parent; the state), up to and
+    including the idle of `until_idle_of`."""
+    got: list[tuple[str | None, str]] = []
+    while True:
+        msg = kc.get_iopub_msg(timeout=timeout)
+        if msg["msg_type"] != "status":
+            continue
+        got.append((msg["parent_header"].get("msg_id"), msg["content"]["execution_state"]))
+        if got[-1] == (until_idle_of, "idle"):
+            return got
+
+
+def test_a_page_that_connects_while_a_cell_runs_sees_the_kernel_busy_until_the_cell_ends(tmp_path):
+    """A frontend shows the last status it had (JupyterLab's kernel indicator, jupyter_server's
+    execution_state). A page reloaded mid-cell asks kernel_info and opens the klbr comm, both answered
+    at once: after each one's idle the kernel is busy again (a status with no parent, so no request
+    gets a second bracket), until the running cell's own idle. With nothing running, no such status."""
+    go = tmp_path / "go"
+    with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        running = run_cell(kc, HALTING.format(n=4, go=str(go)), "cell-1")
+        wait_for_stream(kc, running)
+        info = send(kc, "kernel_info_request", {})
+        assert _statuses(kc, info) == [(info, "busy"), (info, "idle")]
+        opened = send(kc, "comm_open", {"comm_id": uuid.uuid4().hex, "target_name": "klbr", "data": {"v": 1}})
+        after_info = _statuses(kc, opened)
+        assert after_info == [(None, "busy"), (opened, "busy"), (opened, "idle")], after_info
+        go.touch()
+        assert _statuses(kc, running) == [(None, "busy"), (running, "idle")]
+        assert reply_to(kc, running)["content"]["status"] == "ok"
+        # Nothing runs now: kernel_info's bracket alone, and the next cell's, with nothing between.
+        info = send(kc, "kernel_info_request", {})
+        after = run_cell(kc, "1", "cell-2")
+        assert _statuses(kc, after) == [(info, "busy"), (info, "idle"), (after, "busy"), (after, "idle")]

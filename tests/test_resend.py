@@ -16,6 +16,7 @@ from klbr_kernel.cell_log.recording import CellLog
 from klbr_kernel.frontend import door
 from klbr_kernel.proxy import resends
 from klbr_kernel.proxy.brackets import Brackets
+from klbr_kernel.requests.queue import ShellQueue
 from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.store import Store, queries
 from klbr_supervisor.store.recovery import recover_orphans
@@ -145,7 +146,7 @@ class _Kernel:
         assert self.store.open(uuid=str(uuid.uuid4()), notebook=None, kernel=None)
         self.cell_log = CellLog(self.store)
         self.frontend = _Frontend()
-        self.brackets = Brackets(self.frontend, Session(), self.cell_log)
+        self.brackets = Brackets(self.frontend, Session(), self.cell_log, ShellQueue())
         self.reads = []  # statements on the read connection
         self.store.reader().set_trace_callback(self.reads.append)
         self.count = 0

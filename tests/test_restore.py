@@ -11,7 +11,20 @@ import sqlite3
 import pytest
 from playwright.sync_api import expect
 
-from lab import Lab, cell, chromium, idle, notebook, open_notebook, output_text, prompt, run_cell, save, screenshot
+from lab import (
+    Lab,
+    cell,
+    chromium,
+    idle,
+    kernel_shown,
+    notebook,
+    open_notebook,
+    output_text,
+    prompt,
+    run_cell,
+    save,
+    screenshot,
+)
 from utils import until
 
 pytestmark = pytest.mark.browser
@@ -83,9 +96,10 @@ def test_a_reload_mid_cell_brings_every_line_back_and_the_queued_cell_fills(lab,
     run_cell(page, 1)  # queued behind the first
     expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("line 4", timeout=60_000)
     page.reload()
-    idle(page)
-    # Without typing anything: the lines printed so far are back, and the cell is still running.
+    # Without typing anything: the lines printed so far are back, the cell is still running, and
+    # the kernel indicator says so (it shows the last status the page had: decision 69).
     expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("line 3", timeout=60_000)
+    kernel_shown(page, "busy")
     assert prompt(page, 0) == "[*]:" and prompt(page, 1) == "[*]:"
     assert "restored the outputs of 1 cell; following 2 cells" in _notice(page)
     toast = page.locator(".Toastify__toast").filter(has_text="klbr restored the outputs of 1 cell")
@@ -93,6 +107,7 @@ def test_a_reload_mid_cell_brings_every_line_back_and_the_queued_cell_fills(lab,
     screenshot(page, "restore-reload-running.png")
     go.touch()
     expect(cell(page, 1).locator(".jp-OutputArea")).to_contain_text("the queued cell ran", timeout=60_000)
+    idle(page)
     lines = _lines(output_text(page, 0))
     assert len(lines) >= 40 and lines == [f"line {i}" for i in range(len(lines))]
     assert prompt(page, 0) == "[1]:" and prompt(page, 1) == "[2]:"
@@ -130,7 +145,7 @@ def test_two_tabs_of_one_notebook_each_show_every_line_once(lab, browser):
     first = open_notebook(browser, lab, "tabs.ipynb", context)
     run_cell(first, 0)
     expect(cell(first, 0).locator(".jp-OutputArea")).to_contain_text("line 2", timeout=60_000)
-    second = open_notebook(browser, lab, "tabs.ipynb", context)
+    second = open_notebook(browser, lab, "tabs.ipynb", context, state="busy")  # the cell runs
     expect(cell(second, 0).locator(".jp-OutputArea")).to_contain_text("line 2", timeout=60_000)
     assert prompt(second, 0) == "[*]:"
     go.touch()

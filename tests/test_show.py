@@ -13,7 +13,18 @@ import sqlite3
 import pytest
 from playwright.sync_api import expect
 
-from lab import cell, chromium, idle, notebook, open_notebook, output_text, run_cell, running, save, screenshot
+from lab import (
+    cell,
+    chromium,
+    kernel_shown,
+    notebook,
+    open_notebook,
+    output_text,
+    run_cell,
+    running,
+    save,
+    screenshot,
+)
 from utils import until
 
 pytestmark = pytest.mark.browser
@@ -207,7 +218,7 @@ def test_notebook_7_restores_names_no_false_notice_has_a_klbr_entry_and_follows_
     run_cell(page, 0)
     expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("line 4", timeout=60_000)
     page.reload()
-    idle(page)
+    kernel_shown(page, "busy")  # the restored cell still runs
     expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("line 3", timeout=60_000)
     expect(page.locator(".jp-NotebookPanel:visible")).to_have_attribute(
         "data-klbr-notice", re.compile("restored the outputs of 1 cell; following"), timeout=60_000)

@@ -1,9 +1,13 @@
 """What the frontend gets for a request, and the record of what it has had: the proxy's own replies
 and the busy/idle bracket around each request it answers (semantics 1), and the worker's busy and
-reply as `delivery` relays them (the worker's idle and outputs `delivery` forwards itself). It is
-the one writer of what a request keeps of that: `busy_sent`, `reply_sent`, and an execute's answer
-(`decided`: the reply's content, and the status the store records when the proxy wrote it) and
-whether its reply found its frontend gone."""
+reply and idle as `delivery` relays them (the worker's outputs `delivery` forwards itself). It is
+the one writer of what a request keeps of that: `busy_sent`, `reply_sent`, `idle_sent`, and an
+execute's answer (`decided`: the reply's content, and the status the store records when the proxy
+wrote it) and whether its reply found its frontend gone.
+
+A frontend shows the kernel's state as the last status it had: an idle for a request answered
+while the cell in flight still runs is followed by a `busy` with no parent, so the kernel does not
+look idle until that cell's own idle (semantics 1; decision 69)."""
 
 from __future__ import annotations
 
@@ -16,14 +20,17 @@ from klbr_supervisor.messages.wire import Wire
 
 from ..cell_log.recording import CellLog
 from ..frontend.sockets import Frontend
+from ..requests.queue import ShellQueue
 from ..requests.request import Request
 from .resends import Resends
 
 
 class Brackets:
-    def __init__(self, frontend: Frontend, session: Session, cell_log: CellLog):
+    def __init__(self, frontend: Frontend, session: Session, cell_log: CellLog, queue: ShellQueue):
+        """`queue`: whose request in flight keeps the kernel busy while other requests are answered."""
         self.frontend = frontend
         self.session = session
+        self._queue = queue
         # Executes sent again: answered with the reply each one's original gets (through `send`).
         self.resends = Resends(cell_log, self.send)
 
@@ -34,10 +41,24 @@ class Brackets:
             self.frontend.status("busy", req.header)
 
     def idle(self, req: Request) -> None:
-        self.dropped_notice(req)
+        self._dropped_notice(req)
         self.frontend.status("idle", req.header)
+        self._idled(req)
 
-    def dropped_notice(self, req: Request) -> None:
+    def relay_idle(self, req: Request, wire: Wire) -> None:
+        """The worker's idle for `req`, told first how many of its outputs were dropped, if any."""
+        self._dropped_notice(req)
+        self.frontend.publish(wire)
+        self._idled(req)
+
+    def _idled(self, req: Request) -> None:
+        """`req`'s idle is out: if the request in flight still runs, the kernel is busy again."""
+        req.idle_sent = True
+        running = self._queue.inflight
+        if running is not None and running is not req and running.busy_sent and not running.idle_sent:
+            self.frontend.status("busy", {})
+
+    def _dropped_notice(self, req: Request) -> None:
         """Before `req`'s idle: if outputs of it were dropped for a frontend that did not keep up
         (see `outbox`), say how many, and how to see them."""
         dropped = self.frontend.outbox.take_dropped(req.msg_id) if self.frontend.outbox else 0

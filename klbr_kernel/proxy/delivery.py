@@ -209,7 +209,7 @@ class Delivery:
                 self._brackets.relay_busy(req, wire)
             elif state == "idle" and req.awaits_idle:
                 self._worker_dropped(req, wire.msg_id)
-                self._hold(req, lambda: self._forward_idle(req, wire))
+                self._hold(req, lambda: self._brackets.relay_idle(req, wire))
                 self._idle(req)
             return
         frontend.publish(wire)
@@ -245,11 +245,6 @@ class Delivery:
             log.warning("generation %d dropped %d messages before %s %s's idle", req.generation.number, dropped,
                         req.msg_type, req.msg_id)
             self._own.output(req, "stream", {"name": "stderr", "text": worker_dropped_notice(dropped)})
-
-    def _forward_idle(self, req: Request, wire: Wire) -> None:
-        """The worker's idle for `req`, told first how many of its outputs were dropped, if any."""
-        self._brackets.dropped_notice(req)
-        self._frontend.publish(wire)
 
     def _idle(self, req: Request) -> None:
         """The worker's idle for `req` is in: finished, unless it is to reply and has not yet."""

@@ -101,8 +101,8 @@ class Proxy:
             supervisor = make_supervisor(self)
         self.supervisor = supervisor
         self.cell_log = cell_log = CellLog(supervisor.store, Notebook(supervisor.notebook))
-        self.brackets = brackets = Brackets(frontend, session, cell_log)
         self.queue = queue = ShellQueue()
+        self.brackets = brackets = Brackets(frontend, session, cell_log, queue)
         self.current = current = Current()
         self.counts = counts = ExecutionCounts()
         life = Machine("proxy", PROXY_TRANSITIONS, ProxyState.SERVING)

@@ -72,6 +72,7 @@ class Request:
     grace_until: float = 0.0  # delivery: with its reply or its idle in, when the other is given up on
     busy_sent: bool = False  # brackets: the frontend has had busy for it (once, also across a retry)
     reply_sent: bool = False  # brackets: the frontend has had its reply
+    idle_sent: bool = False  # brackets: the frontend has had its idle
     held: list[Callable[[], object]] = field(default_factory=list)  # itself: `hold`, `take_held`
 
     def move(self, to: Phase, *, by_boundary: bool = False) -> None:
