@@ -139,6 +139,7 @@ class Wire:
         self.kc = kc
         self.requests: dict[str, Request] = {}
         self.strays: list[dict] = []  # messages about no request of this wire's
+        self.shown = "unknown"  # the last status on iopub, whatever it is about: what a frontend shows
         self._open: set[str] = set()  # the requests without their reply or their idle yet
         self._channels = [kc.shell_channel, kc.control_channel, kc.iopub_channel]
         self._poller = zmq.Poller()
@@ -172,6 +173,10 @@ class Wire:
     def _file(self, msg: dict, iopub: bool) -> None:
         msg_id = msg["parent_header"].get("msg_id")
         req = self.requests.get(msg_id)
+        if iopub and msg["msg_type"] == "status":
+            self.shown = msg["content"]["execution_state"]
+            if msg_id is None and self.shown == "busy":
+                return  # klbr's busy after an answer given while a cell runs: no request's (semantics 1)
         if req is None:
             if msg["msg_type"] != "iopub_welcome" and msg["parent_header"].get("msg_type") != "kernel_info_request":
                 self.strays.append(msg)  # (wait_for_ready's kernel_info may still be in flight)
@@ -219,6 +224,7 @@ class Soak:
     wall_s: float
     requests: dict[str, Request]
     strays: list[dict]
+    shown: str  # the last status read, once everything was answered: what a frontend then shows
     baseline: Footprint
     end: Footprint
     descendants: list[str]
@@ -317,7 +323,7 @@ def run(cells: int, losses: int, interrupts: int, db: Path, kernel: str = "klbr"
                 how = (reason or "not ended").split(":")[0]
                 endings[how] = endings.get(how, 0) + 1
         con.close()
-    return Soak(kernel, len(steps), wall, wire.requests, wire.strays, baseline or end, end, family, rows,
+    return Soak(kernel, len(steps), wall, wire.requests, wire.strays, wire.shown, baseline or end, end, family, rows,
                 endings, recoveries, interrupted)
 
 

@@ -29,6 +29,7 @@ def _soak_holds(tmp_path: Path, cells: int, losses: int, interrupts: int) -> Non
     assert soak.steps == executes
     assert not soak.wrong_answers(), soak.wrong_answers()
     assert not soak.strays, soak.strays[:5]
+    assert soak.shown == "idle", "a frontend would show the kernel busy with nothing running"
     assert sum(r.kind == "interrupt" for r in soak.requests.values()) == interrupts
     assert not soak.wrong_rows(), soak.wrong_rows()
     assert soak.endings == {"lost": losses, "shutdown": 1}, soak.endings  # each loss a generation's end
