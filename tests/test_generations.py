@@ -147,8 +147,11 @@ def test_an_ignored_interrupt_ends_in_WorkerKilled_within_the_grace():
         assert reply["content"]["ename"] == "WorkerKilled"
         # Why, in the cell: the interrupt was ignored for the grace, and klbr ended the worker.
         evalue = reply["content"]["evalue"]
-        assert evalue.startswith("Cell [3] did not stop when interrupted: it ignored the interrupt for 1 s "
-                                 "(Supervisor.interrupt_grace), so klbr ended its worker, generation 1"), evalue
+        user, detail = said(evalue)
+        assert user == ("Cell [3] did not stop when interrupted: it ignored the interrupt for 1 s "
+                        "(Supervisor.interrupt_grace), so klbr ended its worker. Its namespace is gone and nothing "
+                        "was re-run; the next cell runs in a new generation."), evalue
+        assert detail.endswith(f"Generation 1 (pid {pid}): killed by signal 15 (SIGTERM)."), evalue
         assert elapsed < 1 + 1.0, f"WorkerKilled after {elapsed:.2f}s"
         assert process_gone(pid)
         reply, _ = execute(kc, "kept")

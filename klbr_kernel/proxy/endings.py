@@ -32,7 +32,14 @@ from klbr_supervisor.states import Ending, EndReason
 from ..frontend.sockets import Frontend
 from ..requests.counts import ExecutionCounts
 from ..requests.current import Current
-from ..requests.outcomes import REBUILD_LINE, CellError, ending_error, refusal_error, timeout_error, with_rebuild_line
+from ..requests.outcomes import (
+    CellError,
+    ending_error,
+    idle_loss_notice,
+    refusal_error,
+    timeout_error,
+    with_rebuild_line,
+)
 from ..requests.queue import ShellQueue
 from ..requests.request import CONTROL_REPLIES, QUEUED, Phase, Request
 from ..requests.states import LinkState
@@ -113,12 +120,7 @@ class Endings:
         if inflight is not None and inflight.generation is generation and inflight.with_worker:
             guard(inflight, self._inflight_ended, inflight, ending, generation)
         elif was_current and ending.reason is EndReason.LOST and not rebuilding:
-            self._delivery.notice = (
-                "klbr: the worker ended while idle, between cells: the namespace it held is gone (the outputs "
-                "and the cell log are kept), and this cell runs in a new generation.\n"
-                f"{REBUILD_LINE}\n"
-                f"Generation {generation.number} (pid {generation.pid}): {ending.how}.\n"
-            )
+            self._delivery.notice = idle_loss_notice(generation.number, generation.pid, ending.how)
         if ending.reason is EndReason.START_FAILED:
             # No worker to wait for: everything queued gets the same answer now, never a hang.
             for req in self._queue.clear() + current.take_held():

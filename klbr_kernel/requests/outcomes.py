@@ -131,6 +131,10 @@ def ending_error(ending: Ending, *, generation: int, pid: int | None, cell: str,
                   f"{who}: {ending.how}.")
 
 
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
+
+
 def refusal_error(refusal: Refusal) -> CellError:
     """The error for a cell the supervisor would not run (see `Supervisor.refusal`): `refused`,
     whatever its name, since nothing ran (a PlacementLost that ends a running cell is `unknown`)."""
@@ -145,7 +149,7 @@ def refusal_error(refusal: Refusal) -> CellError:
     if refusal.reason == "crash_loop":
         return CellError(
             "CrashLoop",
-            f"Nothing ran: the worker was lost {refusal.count} times within {refusal.window:.0f} s, so klbr "
+            f"Nothing ran: the worker was lost {_times(refusal.count)} within {refusal.window:.0f} s, so klbr "
             "stopped starting new ones rather than loop. Fix the cause, then run `%klbr restart` to start a fresh "
             f"generation.\n{refusal.count} automatic new generations within {refusal.window:.0f} s reached "
             "Supervisor.restart_limit (counted over Supervisor.restart_window).",
@@ -153,8 +157,8 @@ def refusal_error(refusal: Refusal) -> CellError:
         )
     return CellError(
         "PoisonedCell",
-        f"Nothing ran, and the namespace is as it was: this exact code killed its worker {refusal.count} times in a "
-        "row, so it was not run again. Change the code, or run `%klbr restart` to allow it once more."
+        f"Nothing ran, and the namespace is as it was: this exact code killed its worker {_times(refusal.count)} in "
+        "a row, so it was not run again. Change the code, or run `%klbr restart` to allow it once more."
         f"\n{refusal.count} deaths in a row under this code reached Supervisor.poison_after.",
         status="refused",
     )
@@ -196,6 +200,13 @@ def with_rebuild_line(error: CellError) -> CellError:
         return error
     user, _, detail = error.evalue.partition("\n")
     return CellError(error.ename, "\n".join(part for part in (user, REBUILD_LINE, detail) if part), error.status)
+
+
+def idle_loss_notice(generation: int, pid: int | None, how: str) -> str:
+    """The stderr notice at the top of the cell after the current worker died between cells."""
+    return ("klbr: the worker ended while idle, between cells: the namespace it held is gone (the outputs and the "
+            f"cell log are kept), and this cell runs in a new generation.\n{REBUILD_LINE}\n"
+            f"Generation {generation} (pid {pid}): {how}.\n")
 
 
 def rebuild_failed(text: str, detail: str = "") -> CellError:
