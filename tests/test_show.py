@@ -172,6 +172,11 @@ def test_the_messages_say_why_in_the_cell(lab, browser):
     lab.shut_down_kernels()
 
 
+def _to_top(page, index: int) -> None:
+    """Scroll cell `index` to the top of the notebook, clear of the toasts in the bottom corner."""
+    cell(page, index).evaluate("node => node.scrollIntoView({block: 'start'})")
+
+
 def test_a_death_between_cells_and_the_crash_loop_say_why_in_the_cell(lab, browser):
     """The worker dies between cells: the next cell's notice says so. Two more deaths reach
     `Supervisor.restart_limit` (2 here): the last promises no new generation, the next cell is
@@ -199,7 +204,7 @@ def test_a_death_between_cells_and_the_crash_loop_say_why_in_the_cell(lab, brows
     assert ("klbr: the worker ended while idle, between cells: the namespace it held is gone (the outputs and the "
             "cell log are kept), and this cell runs in a new generation.") in text, text
     assert "`%klbr rebuild --plan` shows them" in text and f"Generation 1 (pid {pid}): exited with status 1." in text
-    cell(page, 1).scroll_into_view_if_needed()
+    _to_top(page, 1)
     screenshot(page, "show-idle-death.png")
     run_cell(page, 2)
     expect(cell(page, 2).locator(".jp-OutputArea")).to_contain_text("WorkerLost", timeout=60_000)
@@ -211,7 +216,7 @@ def test_a_death_between_cells_and_the_crash_loop_say_why_in_the_cell(lab, brows
             "starts no new generation now: it started 2 for lost workers within 300 s (Supervisor.restart_limit), "
             "and stops rather than loop. Fix the cause, then run `%klbr restart`.") in text, text
     assert "new generation." not in text and "Generation 3 (pid " in text, text
-    cell(page, 3).scroll_into_view_if_needed()
+    _to_top(page, 3)
     screenshot(page, "show-crash-loop-last-death.png")
     run_cell(page, 4)
     expect(cell(page, 4).locator(".jp-OutputArea")).to_contain_text("CrashLoop", timeout=60_000)
@@ -219,7 +224,7 @@ def test_a_death_between_cells_and_the_crash_loop_say_why_in_the_cell(lab, brows
     assert ("Nothing ran: the worker was lost 2 times within 300 s, so klbr stopped starting new ones rather than "
             "loop. Fix the cause, then run `%klbr restart` to start a fresh generation.") in text, text
     assert "Supervisor.restart_limit" in text
-    cell(page, 4).scroll_into_view_if_needed()
+    _to_top(page, 4)
     screenshot(page, "show-crash-loop-refused.png")
     lab.shut_down_kernels()
 
