@@ -99,6 +99,7 @@ _ENDED = {
     EndReason.KILLED: "did not stop when interrupted: it ignored the interrupt for {grace}, so klbr ended its worker",
     EndReason.RESTART: "did not finish: its worker was ended for a restart",
     EndReason.RELOCATED: "did not finish: its worker was ended for a move to another placement",
+    EndReason.DEADLINE: "did not finish: its worker was ended at a cell's deadline",
 }
 
 
