@@ -38,7 +38,8 @@ def serve(argv: list[str]) -> None:
         banner = WHY
 
         async def do_execute(self, code: str, silent: bool, *args: Any, **kwargs: Any) -> dict[str, Any]:
-            error = {"ename": ENAME, "evalue": WHY, "traceback": [f"{ENAME}: {WHY}"]}
+            text = f"This cell did not run: {WHY}"
+            error = {"ename": ENAME, "evalue": text, "traceback": [f"{ENAME}: {text}"]}
             if not silent:
                 self.send_response(self.iopub_socket, "error", error)  # type: ignore[no-untyped-call]  # ipykernel's, untyped
             return {"status": "error", "execution_count": self.execution_count, **error}

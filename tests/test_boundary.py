@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import time
 
-from utils import collect, execute, start_kernel
+from utils import collect, execute, said, start_kernel
 
 PLANTED = """
 import klbr_kernel.proxy.own as own
@@ -58,7 +58,11 @@ def _states(outputs):
 def _internal_error(reply, msg_type: str, where: str) -> None:
     content = reply["content"]
     assert content["status"] == "error" and content["ename"] == "InternalError", content
-    assert msg_type in content["evalue"] and f"planted bug in {where}" in content["evalue"]
+    user, detail = said(content["evalue"])
+    assert user == (f"klbr failed while handling this {msg_type}: a bug in klbr, not in your code. The kernel keeps "
+                    "serving and the worker's namespace is kept; please report it with the kernel's log, which has "
+                    "the traceback."), user
+    assert f"planted bug in {where}" in detail, detail
 
 
 def test_a_raising_handler_answers_its_request_and_the_kernel_keeps_serving(tmp_path):

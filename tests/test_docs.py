@@ -18,10 +18,24 @@ import pytest
 from klbr_kernel.app import KlbrKernelApp
 from klbr_kernel.cli.commands import KlbrKernelCommand
 from klbr_kernel.host.client import CODES
-from klbr_kernel.requests.outcomes import ERRORS
+from klbr_kernel.magics.parse import MagicError, line_magics
+from klbr_kernel.requests.outcomes import (
+    ERRORS,
+    CellError,
+    ending_error,
+    idle_loss_notice,
+    internal_error,
+    no_reply_error,
+    refusal_error,
+    session_paused_error,
+    timeout_error,
+    with_rebuild_line,
+)
+from klbr_kernel.unsupported import WHY
 from klbr_supervisor.host import HostService
-from klbr_supervisor.states import EndReason
-from klbr_supervisor.store import Store
+from klbr_supervisor.policy import Refusal
+from klbr_supervisor.states import Ending, EndReason
+from klbr_supervisor.store import Store, StoreError
 from klbr_supervisor.store.schema import MIGRATIONS, migrate
 from klbr_supervisor.supervisor import Supervisor
 
@@ -124,6 +138,42 @@ def test_the_error_names_page_gives_each_error_its_store_status():
         assert ename in rows
     (codes,) = _tables(_section(page, "## HostError codes"))
     assert set(CODES) == set(codes)
+
+
+def _shown(error: CellError) -> str:
+    return f"{error.ename}: {error.evalue}"
+
+
+def test_the_error_names_page_shows_each_message_as_the_code_words_it():
+    """Each example of docs/errors.md's "What the cell shows" is the text the code makes from the
+    same facts, so the page cannot drift from what a notebook shows."""
+    shown = _section((DOCS / "errors.md").read_text(), "## What the cell shows")
+    lost = Ending(EndReason.LOST, -9, "killed by signal 9 (SIGKILL)")
+    link = Ending(EndReason.LINK_LOST, None, "ssh://gpu1: silent for 30 s")
+    failed = Ending(EndReason.START_FAILED, 1, "exited with status 1", "ModuleNotFoundError: No module named 'numpy'")
+    try:
+        line_magics("%klbr reboot")
+    except MagicError as e:
+        unknown = str(e)
+    made = [
+        _shown(with_rebuild_line(ending_error(lost, generation=1, pid=4242, cell="cell [3]"))),
+        _shown(with_rebuild_line(ending_error(Ending(EndReason.KILLED, -15, "killed by signal 15 (SIGTERM)"),
+                                              generation=1, pid=4242, cell="cell [3]", grace=3))),
+        _shown(timeout_error(3, 60, killed=False)),
+        _shown(ending_error(link, generation=2, pid=4242, cell="cell [7]")),
+        _shown(refusal_error(Refusal("placement_lost", 0, detail=link.how))),
+        _shown(refusal_error(Refusal("crash_loop", 5, 300))),
+        _shown(refusal_error(Refusal("poisoned", 2))),
+        _shown(ending_error(failed, generation=2, pid=4242, cell="cell [4]")),
+        _shown(session_paused_error(StoreError("/home/me/.local/share/klbr/cells.sqlite3", "database or disk is full"))),
+        _shown(internal_error("execute_request", KeyError("parent"))),
+        _shown(no_reply_error("is_complete_request", 5)),
+        f"UsageError: Nothing ran, and the namespace is as it was: {unknown}",
+        f"UnsupportedPlatform: This cell did not run: {WHY}",
+        idle_loss_notice(1, 4242, lost.how).rstrip("\n"),
+    ]
+    for text in made:
+        assert f"```\n{text}\n```" in shown, f"docs/errors.md does not show, as the code words it:\n{text}"
 
 
 def test_the_cli_page_names_every_command():

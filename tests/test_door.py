@@ -12,7 +12,19 @@ from pathlib import Path
 import pytest
 
 from klbr_kernel.proxy.delivery import GRACE_CHECK, NO_REPLY_GRACE
-from utils import collect, drain, execute, misbehaving, raw_socket, receive, results, send_raw, start_kernel, status_row
+from utils import (
+    collect,
+    drain,
+    execute,
+    misbehaving,
+    raw_socket,
+    receive,
+    results,
+    said,
+    send_raw,
+    start_kernel,
+    status_row,
+)
 
 OLDEST = Path(__file__).parent.parent / ".venv-ipykernel" / "bin" / "python"  # `python:`'s interpreter
 
@@ -128,7 +140,10 @@ def test_a_request_the_worker_drops_is_answered_after_its_idle():
         msg_id = kc.is_complete("x = (")
         reply, outputs = collect(kc, msg_id, timeout=NO_REPLY_GRACE + 20)
         assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "InternalError"
-        assert "without replying" in reply["content"]["evalue"]
+        user, detail = said(reply["content"]["evalue"])
+        assert user.startswith("The worker finished this is_complete_request without replying to it, so klbr answers "
+                               "in its place; its outputs were kept, and the kernel keeps serving."), user
+        assert detail == f"It was still silent {NO_REPLY_GRACE:g} s after going idle.", detail
         assert time.monotonic() - start >= NO_REPLY_GRACE
         assert [m["content"]["execution_state"] for m in outputs if m["msg_type"] == "status"] == ["busy", "idle"]
         _still_serving(kc)

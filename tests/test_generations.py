@@ -18,6 +18,7 @@ from utils import (
     misbehaving,
     process_gone,
     results,
+    said,
     standby,
     start_kernel,
     status_row,
@@ -47,9 +48,12 @@ def test_a_worker_lost_mid_cell_is_answered_and_replaced(behaviour, how):
         reply, outputs = execute(kc, "misbehave()")
         content = reply["content"]
         assert content["status"] == "error" and content["ename"] == "WorkerLost"
-        assert how in content["evalue"]
-        assert f"pid {old}" in content["evalue"] and "generation 1" in content["evalue"]
-        assert "nothing was re-run" in content["evalue"]
+        user, detail = said(content["evalue"])
+        # In a user's words first: what happened, what was kept, what comes next.
+        assert user == ("Cell [3] did not finish: its worker process died. Its namespace is gone and nothing was "
+                        "re-run; the next cell runs in a new generation."), user
+        # Then the way back and the operator's detail: the generation, its pid and how it ended.
+        assert detail.splitlines()[-1] == f"Generation 1 (pid {old}): {how}.", detail
         assert _states(outputs) == ["busy", "idle"]
         assert [m["content"]["ename"] for m in outputs if m["msg_type"] == "error"] == ["WorkerLost"]
         assert time.monotonic() - start < 10
@@ -143,8 +147,11 @@ def test_an_ignored_interrupt_ends_in_WorkerKilled_within_the_grace():
         assert reply["content"]["ename"] == "WorkerKilled"
         # Why, in the cell: the interrupt was ignored for the grace, and klbr ended the worker.
         evalue = reply["content"]["evalue"]
-        assert evalue.startswith("Cell [3] did not stop when interrupted: it ignored the interrupt for 1 s "
-                                 "(Supervisor.interrupt_grace), so klbr ended its worker, generation 1"), evalue
+        user, detail = said(evalue)
+        assert user == ("Cell [3] did not stop when interrupted: it ignored the interrupt for 1 s "
+                        "(Supervisor.interrupt_grace), so klbr ended its worker. Its namespace is gone and nothing "
+                        "was re-run; the next cell runs in a new generation."), evalue
+        assert detail.endswith(f"Generation 1 (pid {pid}): killed by signal 15 (SIGTERM)."), evalue
         assert elapsed < 1 + 1.0, f"WorkerKilled after {elapsed:.2f}s"
         assert process_gone(pid)
         reply, _ = execute(kc, "kept")
@@ -162,7 +169,10 @@ def test_a_worker_hung_in_c_with_signals_blocked_is_killed(tmp_path):
         km.interrupt_kernel()
         reply, _ = collect(kc, msg_id, timeout=10)
         assert reply["content"]["ename"] == "WorkerKilled"
-        assert "killed by signal 9 (SIGKILL)" in reply["content"]["evalue"]
+        user, detail = said(reply["content"]["evalue"])
+        assert user.startswith("Cell [2] did not stop when interrupted: it ignored the interrupt for 1 s "
+                               "(Supervisor.interrupt_grace), so klbr ended its worker. Its namespace is gone"), user
+        assert detail.endswith(f"Generation 1 (pid {pid}): killed by signal 9 (SIGKILL)."), detail
         assert time.monotonic() - start < 1 + 8  # the grace of 1 s, on a machine that may be busy
         assert process_gone(pid)
         reply, _ = execute(kc, "1 + 1")
@@ -174,7 +184,10 @@ def test_a_deadline_interrupts_and_the_namespace_stays():
         execute(kc, "kept = 'yes'")
         reply, outputs = execute(kc, "import time\ntime.sleep(30)")
         assert reply["content"]["ename"] == "CellTimeout"
-        assert "interrupted" in reply["content"]["evalue"]
+        user, detail = said(reply["content"]["evalue"])
+        assert user.startswith("Cell [2] ran past its deadline of 1 s and was interrupted; the namespace is intact. "
+                               "For longer: `%%klbr timeout=SECONDS`"), user
+        assert "Supervisor.cell_timeout" in detail
         _, outputs = execute(kc, "kept")
         assert results(outputs) == ["'yes'"]
 
@@ -183,9 +196,14 @@ def test_a_deadline_past_an_ignored_interrupt_kills_the_generation():
     with misbehaving("hang-in-c", "--Supervisor.interrupt_grace=1") as (km, kc):
         execute(kc, "%klbr timeout 1")
         start = time.monotonic()
+        pid = worker_pid(kc)
         reply, _ = execute(kc, "misbehave()")
         assert reply["content"]["ename"] == "CellTimeout"
-        assert "did not stop" in reply["content"]["evalue"]
+        user, detail = said(reply["content"]["evalue"])
+        assert re.match(r"Cell \[\d+\] ran past its deadline of 1 s and did not stop when interrupted, so klbr "
+                        "ended its worker. Its namespace is gone and nothing was re-run; the next cell runs in "
+                               "a new generation.", user), user
+        assert "`%klbr rebuild` runs them again" in detail and f"Generation 1 (pid {pid}): killed by signal" in detail
         assert time.monotonic() - start < 1 + 1 + 8  # the ladder's 2 s, on a machine that may be busy
         reply, _ = execute(kc, "%klbr timeout 0\n")
         reply, _ = execute(kc, "1")
@@ -213,8 +231,10 @@ def test_the_crash_loop_budget_stops_respawning_until_restart():
         for i in range(3):
             reply, _ = execute(kc, f"import os  # try {i}\nos._exit(1)")
             assert reply["content"]["ename"] == "WorkerLost"
-            evalue, rebuild = reply["content"]["evalue"].split("\n")  # the way back comes last (`%klbr rebuild`)
+            # The user's words, the way back (`%klbr rebuild`), then the operator's detail.
+            evalue, rebuild, detail = reply["content"]["evalue"].split("\n")
             assert "`%klbr rebuild` runs them again" in rebuild
+            assert detail.startswith(f"Generation {i + 1} (pid ") and detail.endswith("exited with status 1."), detail
             if i < 2:
                 assert evalue.endswith("the next cell runs in a new generation."), evalue
             else:  # the last death the budget allows promises no new generation
@@ -222,7 +242,10 @@ def test_the_crash_loop_budget_stops_respawning_until_restart():
                     "workers within 300 s" in evalue and evalue.endswith("then run `%klbr restart`."), evalue
         reply, outputs = execute(kc, "1 + 1")
         assert reply["content"]["ename"] == "CrashLoop"
-        assert "2 times" in reply["content"]["evalue"] and "%klbr restart" in reply["content"]["evalue"]
+        user, detail = said(reply["content"]["evalue"])
+        assert user == ("Nothing ran: the worker was lost 2 times within 300 s, so klbr stopped starting new ones "
+                        "rather than loop. Fix the cause, then run `%klbr restart` to start a fresh generation."), user
+        assert "Supervisor.restart_limit" in detail
         _, outputs = execute(kc, "%klbr status")
         assert "crash loop" in stream_text(outputs)
         # Traffic for the worker is not held for a generation that will not come.
@@ -255,6 +278,11 @@ def test_poison_refuses_the_third_try_until_the_code_changes_or_restart():
         before = stream_text(execute(kc, "%klbr status")[1]).splitlines()[0]
         reply, outputs = execute(kc, code)
         assert reply["content"]["ename"] == "PoisonedCell"
+        user, detail = said(reply["content"]["evalue"])
+        assert user == ("Nothing ran, and the namespace is as it was: this exact code killed its worker 2 times in a "
+                        "row, so it was not run again. Change the code, or run `%klbr restart` to allow it once "
+                        "more."), user
+        assert "Supervisor.poison_after" in detail
         after = stream_text(execute(kc, "%klbr status")[1]).splitlines()[0]
         assert before == after, "the refused cell did not run (the generation is the same)"
         execute(kc, "%klbr restart")
@@ -289,10 +317,12 @@ def test_a_loss_while_idle_is_told_at_the_top_of_the_next_cell():
         until(lambda: status_row(kc, "generation") == "2", 30, "generation 2 took over")
         reply, outputs = execute(kc, "print('after')")
         streams = [m["content"] for m in outputs if m["msg_type"] == "stream"]
-        assert streams[0]["name"] == "stderr" and "while idle" in streams[0]["text"]
-        assert streams[0]["text"].startswith(f"klbr: the worker of generation 1 (pid {pid}) ended while idle: "
-                                             "killed by signal 9 (SIGKILL). Its namespace is gone; this cell runs in "
-                                             "a new generation.")
+        assert streams[0]["name"] == "stderr"
+        user, rebuild, detail = streams[0]["text"].splitlines()  # the user's words, the way back, the detail
+        assert user == ("klbr: the worker ended while idle, between cells: the namespace it held is gone (the "
+                        "outputs and the cell log are kept), and this cell runs in a new generation."), user
+        assert "`%klbr rebuild --plan` shows them" in rebuild
+        assert detail == f"Generation 1 (pid {pid}): killed by signal 9 (SIGKILL).", detail
         assert streams[-1]["text"] == "after\n"
 
 

@@ -288,10 +288,11 @@ def test_a_thread_that_outlives_its_cell_is_not_running(tmp_path, where):
         execute(kc, "import os, threading, time\nlate = {}\n"
                     f"def later():\n    while not os.path.exists({str(go)!r}):\n        time.sleep(0.01)\n"
                     "    try:\n        host.inspect()\n        late['code'] = 'answered'\n"
-                    "    except host.HostError as e:\n        late['code'] = e.code\n"
+                    "    except host.HostError as e:\n        late['code'], late['message'] = e.code, e.message\n"
                     "t = threading.Thread(target=later); t.start()")
         execute(kc, f"open({str(go)!r}, 'w').close(); t.join(30)")  # the thread calls while this cell runs
         assert value(kc, "late['code']") == "not_running"
+        assert "end such threads before their cell ends" in value(kc, "late['message']")  # what to do
 
 
 @ON_BOTH

@@ -33,7 +33,7 @@ from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from jupyter_client.session import Session
 
-from utils import execute, raw_socket, receive, results, start_kernel, stream_text, thorough, until
+from utils import execute, raw_socket, receive, results, said, start_kernel, stream_text, thorough, until
 
 DELIM = b"<IDS|MSG>"
 MiB = 1 << 20
@@ -785,7 +785,10 @@ def test_a_replay_of_a_cell_whose_kernel_died_under_it_is_refused_not_run(tmp_pa
             sock.send_multipart(frames)
             again = receive(sock, session, timeout=30)
         assert again["content"]["status"] == "error" and again["content"]["ename"] == "WorkerLost", again["content"]
-        assert "not run again" in again["content"]["evalue"]
+        user, detail = said(again["content"]["evalue"])
+        assert user.startswith("This cell is not run again: an earlier kernel of this session took it and ended "
+                               "before it recorded how the cell ended"), user
+        assert "Run it again yourself if that is safe." in user and "'unknown' in the cell log" in detail, detail
         assert ran.read_text() == "ran\n"
         reply, _ = execute(kc, "1 + 1")
         assert reply["content"]["status"] == "ok"

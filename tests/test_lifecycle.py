@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import time
 
@@ -19,6 +20,7 @@ from utils import (
     process_gone,
     processes,
     results,
+    said,
     standby,
     start_kernel,
     stream_text,
@@ -79,8 +81,11 @@ def test_a_worker_that_dies_while_starting_gives_WorkerStartFailed_with_its_stde
             content = reply["content"]
             assert content["status"] == "error"
             assert content["ename"] == "WorkerStartFailed"
-            assert "exited with status 3" in content["evalue"]
-            assert "the worker cannot load its numpy" in content["evalue"]
+            user, detail = said(content["evalue"])
+            assert re.match(r"Cell \[\d+\] did not run: the worker to run it did not start, so nothing ran\. The "
+                            r"next cell tries to start a new one; fix what stopped this one first", user), user
+            assert "exited with status 3" in detail and "Last lines of its stderr" in detail, detail
+            assert "the worker cannot load its numpy" in detail
             assert [m["content"]["execution_state"] for m in outputs if m["msg_type"] == "status"] == ["busy", "idle"]
             assert any(m["msg_type"] == "error" for m in outputs)
 

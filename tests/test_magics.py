@@ -32,10 +32,13 @@ def test_a_bad_klbr_cell_gets_a_usage_error_and_a_count(kernel):
     km, kc = kernel
     reply, outputs = execute(kc, "%klbr reboot")
     assert reply["content"]["status"] == "error" and reply["content"]["ename"] == "UsageError"
-    assert "known: status" in reply["content"]["evalue"]
+    assert reply["content"]["evalue"].startswith("Nothing ran, and the namespace is as it was: unknown %klbr "
+                                                 "command 'reboot'; known: status"), reply["content"]
     assert reply["content"]["execution_count"] == 1
     reply, _ = execute(kc, "%klbr placement ssh://elsewhere/usr/bin/python")
     assert reply["content"]["ename"] == "UsageError"
+    # A line that could not be carried out names itself first, then why.
+    assert reply["content"]["evalue"].startswith("`%klbr placement` was not carried out: ssh://elsewhere/"), reply
     reply, outputs = execute(kc, "In[1], In[2]")
     assert reply["content"]["execution_count"] == 3
     assert results(outputs) == ["('%klbr reboot', '%klbr placement ssh://elsewhere/usr/bin/python')"]

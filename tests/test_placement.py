@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import sys
@@ -27,6 +28,7 @@ from utils import (
     execute,
     process_gone,
     results,
+    said,
     standby,
     start_kernel,
     status_rows,
@@ -260,11 +262,15 @@ def test_a_silent_link_is_placement_lost_never_rerun_and_no_second_kernel(tmp_pa
         reply, outputs = collect(kc, msg_id, timeout=30)
         assert reply["content"]["ename"] == "PlacementLost", reply["content"]
         assert time.monotonic() - stopped < 2 + 5
-        assert "outcome is unknown" in reply["content"]["evalue"] and "%klbr reconnect" in reply["content"]["evalue"]
+        user, detail = said(reply["content"]["evalue"])
+        assert re.match(r"Cell \[\d+\]'s outcome is unknown: klbr lost the link to the worker running it", user), user
+        assert "is not re-run" in user and "`%klbr reconnect`" in user, user
+        assert "was running it when the link to it was lost" in detail, detail
         assert process_gone(pid), "the stalled kernel is ended, not left running"
         for _ in range(2):
             reply, _ = execute(kc, "1 + 1")
             assert reply["content"]["ename"] == "PlacementLost" and "%klbr reconnect" in reply["content"]["evalue"]
+            assert reply["content"]["evalue"].startswith("Nothing ran: klbr lost the link"), reply["content"]
         assert status_rows(kc)["state"] == "stopped: link lost"  # no second kernel meanwhile
         reply, outputs = execute(kc, "%klbr reconnect")
         assert reply["content"]["status"] == "ok" and "runs on kernelspec:plain-ipykernel" in stream_text(outputs)

@@ -15,7 +15,7 @@ import pytest
 from klbr_kernel.magics.parse import MagicError, RebuildSpec, line_magics, rebuild_spec
 from klbr_kernel.magics.plan import NO_REBUILD, duration, previous_generation
 from test_comm import Comm, reply_to, run_cell
-from utils import collect, execute, process_gone, results, start_kernel, status_row, stream_text, until, value
+from utils import collect, execute, process_gone, results, said, start_kernel, status_row, stream_text, until, value
 
 # The cells of the issue: three that build the namespace, one marked, one that raises.
 BUILT = ["a = 1", "b = a + 1", "a = a * 10", "c = 3\n# klbr: no-rebuild (it would mail someone)",
@@ -169,8 +169,12 @@ def test_a_cell_that_fails_again_stops_the_rebuild_and_names_itself(tmp_path):
         assert content["status"] == "error" and content["ename"] == "RebuildFailed", content
         assert progress(text) == [("[1/3]", "In[1]", "ok"), ("[2/3]", "In[2]", "error")]
         assert "FileNotFoundError" in text  # the failing cell's own error, shown
-        assert "stopped at [2/3] In[2]" in content["evalue"]
-        assert "Rebuilt: In[1]. Not rebuilt: In[2], In[3]." in content["evalue"]
+        user, detail = said(content["evalue"])
+        assert user.startswith("The rebuild of generation 1 stopped at [2/3] In[2] (rebuilt as cell "), user
+        assert user.endswith("): FileNotFoundError. Rebuilt: In[1]. Not rebuilt: In[2], In[3]. The namespace has what the rebuilt "
+                             "cells made; fix the cause and run the rest yourself, or `%klbr restart` and "
+                             "`%klbr rebuild --generation 1` to start over."), user
+        assert detail.startswith("FileNotFoundError: "), detail  # the error that stopped it, in full, after
         assert value(kc, "a") == 1
         reply, _ = execute(kc, "b")
         assert reply["content"]["ename"] == "NameError"  # the cell after it did not run
@@ -231,14 +235,14 @@ def test_the_poison_rule_holds_for_rebuilt_cells(tmp_path):
 
 # -- frontends without the extension ----------------------------------------------------------------
 
-def test_the_message_of_a_lost_namespace_ends_with_the_line_that_shows_the_plan():
+def test_the_message_of_a_lost_namespace_gives_the_line_that_shows_the_plan():
     with start_kernel() as (km, kc):
         run_cells(kc, ["a = 1", "b = a + 1"])
         reply, _ = execute(kc, "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)")
         content = reply["content"]
         assert content["ename"] == "WorkerLost", content
-        last = content["evalue"].splitlines()[-1]
-        assert "`%klbr rebuild --plan`" in last and "`%klbr rebuild`" in last, content["evalue"]
+        way_back = content["evalue"].splitlines()[1]  # after the user's words, before the operator's detail
+        assert "`%klbr rebuild --plan`" in way_back and "`%klbr rebuild`" in way_back, content["evalue"]
         # The line does what it says: the plan of the lost namespace, the cell that ended it left out.
         _, outputs = execute(kc, "%klbr rebuild --plan")
         assert plan_lines(stream_text(outputs)) == [["[1/2]", "In[1]", "a"], ["[2/2]", "In[2]", "b"]]
@@ -248,7 +252,7 @@ def test_the_message_of_a_lost_namespace_ends_with_the_line_that_shows_the_plan(
         _, outputs = execute(kc, "1")
         notice = [m["content"]["text"] for m in outputs
                   if m["msg_type"] == "stream" and m["content"]["name"] == "stderr"]
-        assert notice and "while idle" in notice[0] and "`%klbr rebuild --plan`" in notice[0].splitlines()[-1], notice
+        assert notice and "while idle" in notice[0] and "`%klbr rebuild --plan`" in notice[0].splitlines()[1], notice
 
 
 # -- the klbr comm's `plan`, which the JupyterLab extension offers ----------------------------------

@@ -37,7 +37,9 @@ NOTICE = "reached no notebook"
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
-    with running(tmp_path_factory.mktemp("lab"), config="c.Supervisor.interrupt_grace = 1.0\n") as server:
+    # Two automatic new generations per kernel: the crash-loop test reaches the limit at its third death.
+    config = "c.Supervisor.interrupt_grace = 1.0\nc.Supervisor.restart_limit = 2\n"
+    with running(tmp_path_factory.mktemp("lab"), config=config) as server:
         yield server
 
 
@@ -178,6 +180,63 @@ def test_the_messages_say_why_in_the_cell(lab, browser):
            "so klbr ended its worker" in text, text
     assert "the next cell runs in a new generation" in text
     screenshot(page, "show-worker-killed.png")
+    lab.shut_down_kernels()
+
+
+def _to_top(page, index: int) -> None:
+    """Scroll cell `index` to the top of the notebook, clear of the toasts in the bottom corner."""
+    cell(page, index).evaluate("node => node.scrollIntoView({block: 'start'})")
+
+
+def test_a_death_between_cells_and_the_crash_loop_say_why_in_the_cell(lab, browser):
+    """The worker dies between cells: the next cell's notice says so. Two more deaths reach
+    `Supervisor.restart_limit` (2 here): the last promises no new generation, the next cell is
+    refused with `CrashLoop`. Each as the user reads it, kept as a screenshot."""
+    go = lab.root / "ends-go"
+    notebook(lab.root, "ends.ipynb", [
+        f"import os, threading, time\nprint('pid', os.getpid())\ndef end():\n"
+        f"    while not os.path.exists({str(go)!r}):\n        time.sleep(0.05)\n    os._exit(1)\n"
+        "threading.Thread(target=end, daemon=True).start()",
+        "print('the next cell')",
+        "import os\nos._exit(1)  # the second death",
+        "import os\nos._exit(1)  # the third death",
+        "'refused'"])
+    page = open_notebook(browser, lab, "ends.ipynb")
+    item = page.locator(".klbr-StatusItem")
+    run_cell(page, 0)
+    expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("pid ", timeout=60_000)
+    pid = int(re.search(r"pid (\d+)", output_text(page, 0)).group(1))
+    expect(item).to_contain_text("generation 1", timeout=60_000)
+    go.touch()  # the cell has ended: its worker ends between cells
+    expect(item).to_contain_text("generation 2", timeout=60_000)  # the supervisor saw it, and took the spare
+    run_cell(page, 1)
+    expect(cell(page, 1).locator(".jp-OutputArea")).to_contain_text("the next cell", timeout=60_000)
+    text = output_text(page, 1)
+    assert ("klbr: the worker ended while idle, between cells: the namespace it held is gone (the outputs and the "
+            "cell log are kept), and this cell runs in a new generation.") in text, text
+    assert "`%klbr rebuild --plan` shows them" in text and f"Generation 1 (pid {pid}): exited with status 1." in text
+    _to_top(page, 1)
+    screenshot(page, "show-idle-death.png")
+    run_cell(page, 2)
+    expect(cell(page, 2).locator(".jp-OutputArea")).to_contain_text("WorkerLost", timeout=60_000)
+    assert "the next cell runs in a new generation." in output_text(page, 2)
+    run_cell(page, 3)
+    expect(cell(page, 3).locator(".jp-OutputArea")).to_contain_text("WorkerLost", timeout=60_000)
+    text = output_text(page, 3)
+    assert ("Cell [4] did not finish: its worker process died. Its namespace is gone and nothing was re-run; klbr "
+            "starts no new generation now: it started 2 for lost workers within 300 s (Supervisor.restart_limit), "
+            "and stops rather than loop. Fix the cause, then run `%klbr restart`.") in text, text
+    assert "new generation." not in text and "Generation 3 (pid " in text, text
+    _to_top(page, 3)
+    screenshot(page, "show-crash-loop-last-death.png")
+    run_cell(page, 4)
+    expect(cell(page, 4).locator(".jp-OutputArea")).to_contain_text("CrashLoop", timeout=60_000)
+    text = output_text(page, 4)
+    assert ("Nothing ran: the worker was lost 2 times within 300 s, so klbr stopped starting new ones rather than "
+            "loop. Fix the cause, then run `%klbr restart` to start a fresh generation.") in text, text
+    assert "Supervisor.restart_limit" in text
+    _to_top(page, 4)
+    screenshot(page, "show-crash-loop-refused.png")
     lab.shut_down_kernels()
 
 

@@ -80,6 +80,6 @@ def test_input_without_a_stdin_channel_ends_in_eoferror_not_a_hang():
         assert reply["content"]["status"] == "error"
         assert reply["content"]["ename"] == "EOFError"
         stderr = "".join(m["content"]["text"] for m in outputs if m["msg_type"] == "stream" and m["content"]["name"] == "stderr")
-        assert "no stdin channel connected" in stderr
+        assert "no stdin channel connected" in stderr and "Give the value another way" in stderr, stderr
         reply, _ = execute(kc, "1 + 1")
         assert reply["content"]["status"] == "ok"

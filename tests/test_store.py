@@ -20,7 +20,7 @@ from jupyter_client.session import Session
 
 from klbr_supervisor.store.queries import connect, export_notebook, write_notebook
 from klbr_supervisor.store.schema import migrate
-from utils import collect, execute, raw_socket, receive, results, start_kernel, stream_text
+from utils import collect, execute, raw_socket, receive, results, said, start_kernel, stream_text
 
 
 def _db(path) -> sqlite3.Connection:
@@ -234,7 +234,11 @@ def test_a_full_disk_pauses_the_session_and_it_resumes_when_space_returns(tmp_pa
                     paused = reply["content"]
                     break
             assert paused is not None, "the session paused"
-            assert str(db) in paused["evalue"] and "full" in paused["evalue"]
+            user, detail = said(paused["evalue"])
+            assert user.startswith("This cell was not run, and the namespace is as it was: klbr runs nothing it cannot "
+                                   "record"), user
+            assert "Recording resumes by itself at the next cell" in user and "`%klbr status`" in user, user
+            assert str(db) in detail and "full" in detail, detail
             _, outputs = execute(kc, "%klbr status")
             assert "PAUSED" in stream_text(outputs)
             reply, _ = execute(kc, "1 + 1")

@@ -255,6 +255,13 @@ def results(outputs: list[dict]) -> list[str]:
     return [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"]
 
 
+def said(evalue: str) -> tuple[str, str]:
+    """A klbr error's text as the cell shows it, in its two parts: the user's words (its first line:
+    what happened, what was kept, what to do) and what follows (the way back, the operator's detail)."""
+    user, _, rest = evalue.partition("\n")
+    return user, rest
+
+
 def stream_text(outputs: list[dict], name: str | None = None) -> str:
     """All the stream text (of one stream, if `name` is given) among a request's iopub messages."""
     return "".join(m["content"]["text"] for m in outputs

@@ -92,7 +92,9 @@ class Rebuild:
         generation = supervisor.current
         if generation is None or not await generation.wait_started() or not generation.alive:
             how = f": {generation.ending.how}" if generation is not None and generation.ending else ""
-            raise RebuildStopped(rebuild_failed(f"no generation serves to rebuild in{how}. Nothing was run."))
+            raise RebuildStopped(rebuild_failed(
+                "Nothing was rebuilt, and nothing was run: no worker serves to rebuild in. Run a cell to start "
+                "one, then `%klbr rebuild` again.", f"The generation did not start{how}."))
         return generation
 
     async def _rebuild(self, req: Request, plan: Plan, generation: Generation) -> None:
@@ -133,7 +135,7 @@ class Rebuild:
             return CellError("KeyboardInterrupt", "the rebuild was interrupted", "interrupted")
         if not generation.alive or self._supervisor.current is not generation:
             how = f": {generation.ending.how}" if generation.ending is not None else ""
-            return CellError("WorkerLost", f"generation {generation.number} ended{how}", "lost")
+            return CellError("WorkerLost", f"its generation, {generation.number}, ended{how}", "lost")
         refusal = self._supervisor.refusal(cell.body)
         return refusal_error(refusal) if refusal is not None else None
 
@@ -146,10 +148,10 @@ class Rebuild:
         not_rebuilt = ", ".join(c.label for c in left)
         ran = f" (rebuilt as cell {record_id})" if record_id is not None else " (not run)"
         text = (f"The rebuild of generation {plan.generation} stopped at {position} {cell.label}{ran}: "
-                f"{why.ename}: {why.evalue.rstrip('.')}. Rebuilt: {rebuilt}. Not rebuilt: {not_rebuilt}. "
+                f"{why.ename}. Rebuilt: {rebuilt}. Not rebuilt: {not_rebuilt}. "
                 "The namespace has what the rebuilt cells made; fix the cause and run the rest yourself, or "
                 f"`%klbr restart` and `%klbr rebuild --generation {plan.generation}` to start over.")
-        raise RebuildStopped(rebuild_failed(text))
+        raise RebuildStopped(rebuild_failed(text, f"{why.ename}: {why.evalue}"))
 
     def _print(self, req: Request, text: str) -> None:
         if not req.silent and req.phase is Phase.PROXY:

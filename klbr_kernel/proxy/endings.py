@@ -32,7 +32,14 @@ from klbr_supervisor.states import Ending, EndReason
 from ..frontend.sockets import Frontend
 from ..requests.counts import ExecutionCounts
 from ..requests.current import Current
-from ..requests.outcomes import REBUILD_LINE, CellError, ending_error, refusal_error, timeout_error, with_rebuild_line
+from ..requests.outcomes import (
+    CellError,
+    ending_error,
+    idle_loss_notice,
+    refusal_error,
+    timeout_error,
+    with_rebuild_line,
+)
 from ..requests.queue import ShellQueue
 from ..requests.request import CONTROL_REPLIES, QUEUED, Phase, Request
 from ..requests.states import LinkState
@@ -113,11 +120,7 @@ class Endings:
         if inflight is not None and inflight.generation is generation and inflight.with_worker:
             guard(inflight, self._inflight_ended, inflight, ending, generation)
         elif was_current and ending.reason is EndReason.LOST and not rebuilding:
-            self._delivery.notice = (
-                f"klbr: the worker of generation {generation.number} (pid {generation.pid}) ended while idle: "
-                f"{ending.how}. Its namespace is gone; this cell runs in a new generation.\n"
-                f"{REBUILD_LINE}\n"
-            )
+            self._delivery.notice = idle_loss_notice(generation.number, generation.pid, ending.how)
         if ending.reason is EndReason.START_FAILED:
             # No worker to wait for: everything queued gets the same answer now, never a hang.
             for req in self._queue.clear() + current.take_held():
@@ -166,14 +169,15 @@ class Endings:
             self._close_forwarded(req, ending, generation)
 
     def error(self, ending: Ending, generation: Generation, req: Request) -> CellError:
-        """The error that tells `req` how its generation ended; when its namespace is gone, it ends
-        with the line that shows how to rebuild it."""
+        """The error that tells `req` how its generation ended; when its namespace is gone, the line
+        that shows how to rebuild it follows the user's words."""
         last = self._counts.last
         if ending.reason is EndReason.DEADLINE and req.msg_type == "execute_request":
             deadline = req.running.deadline if req.running is not None else None
             return with_rebuild_line(timeout_error(
                 req.count or last + 1, deadline.seconds if deadline is not None else None, killed=True,
-                generation=generation.number, pid=generation.pid, how=ending.how))
+                generation=generation.number, pid=generation.pid, how=ending.how,
+                refusal=self._refusal))
         count = req.count if req.count is not None else last + 1
         cell = f"cell [{count}]" if req.msg_type == "execute_request" and req.counts else "this request"
         return with_rebuild_line(ending_error(ending, generation=generation.number, pid=generation.pid, cell=cell,

@@ -38,10 +38,12 @@ class MagicCells:
         self._replay.acted_on(req.magics or ())
         self._own.begin(req)
         if req.magic_error:
-            error = CellError("UsageError", req.magic_error)
+            error = CellError("UsageError", f"Nothing ran, and the namespace is as it was: {req.magic_error}")
         else:
+            command = ""
             try:
                 for magic in req.magics or ():
+                    command = magic.command
                     if magic.command == "replay":
                         await self._replay.run(req, replay_spec(magic.args))
                         continue
@@ -52,7 +54,7 @@ class MagicCells:
                     if text and not req.silent:
                         self._own.output(req, "stream", {"name": "stdout", "text": text})
             except ValueError as e:  # MagicError, and a bad argument
-                error = CellError("UsageError", str(e))
+                error = CellError("UsageError", f"`%klbr {command}` was not carried out: {e}")
             except RebuildStopped as e:  # a cell of the plan did not end ok
                 error = e.error
         if req.phase is Phase.PROXY:  # not answered meanwhile (a shutdown)

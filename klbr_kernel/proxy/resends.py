@@ -13,6 +13,7 @@ from collections.abc import Callable
 from typing import Any
 
 from ..cell_log.recording import CellLog
+from ..requests.outcomes import CellError
 from ..requests.request import Request
 
 log = logging.getLogger(__name__)
@@ -141,6 +142,9 @@ class Resends:
 
 def _unfinished(msg_id: str, status: str) -> dict[str, Any]:
     """The answer to an execute taken before whose outcome was never recorded (its kernel died)."""
-    text = (f"this execute ({msg_id}) was taken before, by a kernel that ended before its outcome was "
-            f"recorded (it is {status!r} in the cell log): it is not run again")
-    return {"status": "error", "ename": "WorkerLost", "evalue": text, "traceback": [f"WorkerLost: {text}"]}
+    error = CellError(
+        "WorkerLost",
+        "This cell is not run again: an earlier kernel of this session took it and ended before it recorded how "
+        "the cell ended, so it may have run, in part or whole. Run it again yourself if that is safe.\n"
+        f"execute {msg_id}: {status!r} in the cell log.", "lost")
+    return {"status": "error", **error.content()}

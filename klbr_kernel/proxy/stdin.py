@@ -72,7 +72,8 @@ class StdinRelay:
         log.warning("stdin: no frontend stdin connected to answer input() of %s; answered end-of-file",
                     req.msg_id)
         self._tell(req, f"klbr: input() got no answer: the frontend that ran this cell has no stdin channel "
-                        f"connected (waited {INPUT_PATIENCE:g} s). input() raises EOFError.\n")
+                        f"connected (waited {INPUT_PATIENCE:g} s). input() raises EOFError; the namespace is kept. Give "
+                        "the value another way (a variable, a file) where no one can type it.\n")
         reply = self.session.msg("input_reply", {"value": _EOF}, parent=wire.header)
         self.to_worker(self.session.serialize(reply))
 

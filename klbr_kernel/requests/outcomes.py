@@ -62,9 +62,10 @@ def cell_status(content: dict[str, Any], *, own: str | None, interrupted: bool) 
     return "aborted" if status == "aborted" else "ok"
 
 
-def _error(ename: str, evalue: str) -> CellError:
-    """One of klbr's own errors, with the status the table gives its name."""
-    return CellError(ename, evalue, ERRORS[ename][0])
+def _error(ename: str, evalue: str, detail: str = "") -> CellError:
+    """One of klbr's own errors, with the status the table gives its name: `evalue` in a user's
+    words (one line: what happened, what was kept, what to do), then the operator's `detail`."""
+    return CellError(ename, f"{evalue}\n{detail}" if detail else evalue, ERRORS[ename][0])
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,15 @@ def next_generation(refusal: Refusal | None) -> str:
     return "the next cell runs in a new generation."
 
 
+# What a generation's end (other than a failed start or a lost link) did to the cell, by its reason.
+_ENDED = {
+    EndReason.KILLED: "did not stop when interrupted: it ignored the interrupt for {grace}, so klbr ended its worker",
+    EndReason.RESTART: "did not finish: its worker was ended for a restart",
+    EndReason.RELOCATED: "did not finish: its worker was ended for a move to another placement",
+    EndReason.DEADLINE: "did not finish: its worker was ended at a cell's deadline",
+}
+
+
 def ending_error(ending: Ending, *, generation: int, pid: int | None, cell: str, grace: float | None = None,
                  refusal: Refusal | None = None) -> CellError:
     """The error for a request that was waiting on a generation when it ended.
@@ -100,28 +110,30 @@ def ending_error(ending: Ending, *, generation: int, pid: int | None, cell: str,
     `cell` names the request for the reader, e.g. "cell [5]" or "this request"; `grace`: the
     `Supervisor.interrupt_grace` an interrupt had (for a worker killed when it ignored one);
     `refusal`: what requests are refused with from now on (a crash loop: no new generation).
+    The first line says it in a user's words; the generation, its pid and how it ended follow.
     """
     ename = _ENAME_BY_REASON.get(ending.reason, "WorkerLost")
-    who = f"generation {generation} (pid {pid})" if pid else f"generation {generation}"
+    cell = cell[0].upper() + cell[1:]
+    who = f"Generation {generation} (pid {pid})" if pid else f"Generation {generation}"
     if ending.reason is EndReason.START_FAILED:
-        text = f"The worker for {who} did not start: it {ending.how}."
+        detail = f"{who}: its worker did not start: it {ending.how}."
         if ending.stderr_tail:
-            text += "\nLast lines of its stderr:\n" + ending.stderr_tail
-        text += "\nThe next cell tries to start a new one."
-        return _error(ename, text)
+            detail += "\nLast lines of its stderr:\n" + ending.stderr_tail
+        return _error(ename, f"{cell} did not run: the worker to run it did not start, so nothing ran. The next "
+                             "cell tries to start a new one; fix what stopped this one first (below).", detail)
     if ending.reason is EndReason.LINK_LOST:
-        text = (f"{cell} was running in {who} when the link to it was lost: {ending.how}. Its outcome is "
-                "unknown (it may have run, in part or whole) and it is not re-run. Run `%klbr reconnect` for "
-                "a new generation on the same placement, or `%klbr placement SPEC`.")
-        return _error(ename, text[0].upper() + text[1:])
-    if ending.reason is EndReason.KILLED:
-        waited = f"{grace:g} s (Supervisor.interrupt_grace)" if grace is not None else "its grace (Supervisor.interrupt_grace)"
-        text = (f"{cell} did not stop when interrupted: it ignored the interrupt for {waited}, so klbr ended "
-                f"its worker, {who}: {ending.how}. ")
-    else:
-        text = f"{cell} was running in {who} when its worker ended: {ending.how}. "
-    text += f"Its namespace is gone and nothing was re-run; {next_generation(refusal)}"
-    return _error(ename, text[0].upper() + text[1:])
+        return _error(ename, f"{cell}'s outcome is unknown: klbr lost the link to the worker running it, which may "
+                             "have run it in part or whole, and it is not re-run. Run `%klbr reconnect` for a new "
+                             "generation on the same placement, or `%klbr placement SPEC` to move.",
+                      f"{who} was running it when the link to it was lost: {ending.how}.")
+    waited = f"{grace:g} s (Supervisor.interrupt_grace)" if grace is not None else "its grace (Supervisor.interrupt_grace)"
+    what = _ENDED.get(ending.reason, "did not finish: its worker process died").format(grace=waited)
+    return _error(ename, f"{cell} {what}. Its namespace is gone and nothing was re-run; {next_generation(refusal)}",
+                  f"{who}: {ending.how}.")
+
+
+def _times(count: int) -> str:
+    return "once" if count == 1 else f"{count} times"
 
 
 def refusal_error(refusal: Refusal) -> CellError:
@@ -130,39 +142,46 @@ def refusal_error(refusal: Refusal) -> CellError:
     if refusal.reason == "placement_lost":
         return CellError(
             "PlacementLost",
-            f"The link to the workbench was lost ({refusal.detail}), and klbr does not start a second kernel "
-            "while the first may still run. Nothing ran. Run `%klbr reconnect` for a new generation on the same "
-            "placement, or `%klbr placement SPEC` to move.",
+            "Nothing ran: klbr lost the link to this session's worker elsewhere, and starts no second one while "
+            "the first may still run. Run `%klbr reconnect` for a new generation on the same placement, or "
+            f"`%klbr placement SPEC` to move.\nThe link that was lost: {refusal.detail}.",
             status="refused",
         )
     if refusal.reason == "crash_loop":
         return CellError(
             "CrashLoop",
-            f"The worker was lost {refusal.count} times within {refusal.window:.0f} s, so klbr stopped starting "
-            "new ones rather than loop. Nothing ran. Fix the cause, then run `%klbr restart` to start a fresh "
-            "generation.",
+            f"Nothing ran: the worker was lost {_times(refusal.count)} within {refusal.window:.0f} s, so klbr "
+            "stopped starting new ones rather than loop. Fix the cause, then run `%klbr restart` to start a fresh "
+            f"generation.\n{refusal.count} automatic new generations within {refusal.window:.0f} s reached "
+            "Supervisor.restart_limit (counted over Supervisor.restart_window).",
             status="refused",
         )
     return CellError(
         "PoisonedCell",
-        f"This exact code killed its worker {refusal.count} times in a row, so it was not run again. "
-        "Change the code, or run `%klbr restart` to allow it once more.",
+        f"Nothing ran, and the namespace is as it was: this exact code killed its worker {_times(refusal.count)} in "
+        "a row, so it was not run again. Change the code, or run `%klbr restart` to allow it once more."
+        f"\n{refusal.count} deaths in a row under this code reached Supervisor.poison_after.",
         status="refused",
     )
 
 
 def timeout_error(count: int | None, seconds: float | None, *, killed: bool, generation: int | None = None,
-                  pid: int | None = None, how: str = "") -> CellError:
+                  pid: int | None = None, how: str = "", refusal: Refusal | None = None) -> CellError:
+    """A cell past its deadline: interrupted (the namespace intact), or `killed` with its generation,
+    followed by what `refusal` says (a crash loop: no new generation)."""
     cell = f"Cell [{count}]" if count is not None else "The cell"
     limit = f"{seconds:g} s" if seconds is not None else "its deadline"
+    longer = ("For longer: `%%klbr timeout=SECONDS` as a cell's first line, or `%klbr timeout SECONDS` for the "
+              "session (0: none).")
+    setting = "The deadline: `%%klbr timeout=`, else `%klbr timeout`, else Supervisor.cell_timeout."
     if not killed:
-        return _error("CellTimeout", f"{cell} ran past its deadline of {limit} and was interrupted; "
-                                     "the namespace is intact.")
+        return _error("CellTimeout", f"{cell} ran past its deadline of {limit} and was interrupted; the namespace is "
+                                     f"intact. {longer}", setting)
     return _error(
         "CellTimeout",
-        f"{cell} ran past its deadline of {limit} and did not stop when interrupted, so generation "
-        f"{generation} (pid {pid}) was ended: {how}. Its namespace is gone and nothing was re-run; "
-        "the next cell runs in a new generation.",
+        f"{cell} ran past its deadline of {limit} and did not stop when interrupted, so klbr ended its worker. "
+        f"Its namespace is gone and nothing was re-run; {next_generation(refusal)} {longer}",
+        f"Generation {generation} (pid {pid}): {how}. {setting}",
     )
 
 
@@ -176,25 +195,35 @@ NAMESPACE_GONE = frozenset({"WorkerLost", "WorkerKilled", "CellTimeout"})
 
 
 def with_rebuild_line(error: CellError) -> CellError:
-    """`error`, a generation's end (`ending_error`, a killing `timeout_error`), ended by
-    `REBUILD_LINE` when it took the namespace."""
+    """`error`, a generation's end (`ending_error`, a killing `timeout_error`), with `REBUILD_LINE`
+    after its user's words (its first line), before the operator's detail, when it took the namespace."""
     if error.ename not in NAMESPACE_GONE:
         return error
-    return CellError(error.ename, f"{error.evalue}\n{REBUILD_LINE}", error.status)
+    user, _, detail = error.evalue.partition("\n")
+    return CellError(error.ename, "\n".join(part for part in (user, REBUILD_LINE, detail) if part), error.status)
 
 
-def rebuild_failed(text: str) -> CellError:
-    """A `%klbr rebuild` that stopped before its last cell; `text` names the cell and what was rebuilt."""
-    return _error("RebuildFailed", text)
+def idle_loss_notice(generation: int, pid: int | None, how: str) -> str:
+    """The stderr notice at the top of the cell after the current worker died between cells."""
+    return ("klbr: the worker ended while idle, between cells: the namespace it held is gone (the outputs and the "
+            f"cell log are kept), and this cell runs in a new generation.\n{REBUILD_LINE}\n"
+            f"Generation {generation} (pid {pid}): {how}.\n")
+
+
+def rebuild_failed(text: str, detail: str = "") -> CellError:
+    """A `%klbr rebuild` that stopped before its last cell; `text` names the cell and what was rebuilt,
+    `detail` the error that stopped it, in full."""
+    return _error("RebuildFailed", text, detail)
 
 
 def session_paused_error(error: StoreError) -> CellError:
     """`error` is the StoreError: it names the database path and what went wrong."""
     return _error(
         "SessionPaused",
-        f"The cell log at {error.path} cannot be written ({error.cause}), so this cell was not run: "
-        "klbr runs nothing it cannot record. Recording resumes by itself at the next cell once the file "
-        "takes writes again (free some space, make it writable); `%klbr status` shows the state.",
+        "This cell was not run, and the namespace is as it was: klbr runs nothing it cannot record, and the cell "
+        "log cannot be written. Recording resumes by itself at the next cell once the file takes writes again "
+        "(free some space, make it writable); `%klbr status` shows the state.",
+        f"The cell log at {error.path} cannot be written ({error.cause}).",
     )
 
 
@@ -202,8 +231,9 @@ def internal_error(msg_type: str, exc: BaseException) -> CellError:
     """A bug in klbr while it handled a request: the request is still answered (semantics 1)."""
     return _error(
         "InternalError",
-        f"klbr failed while handling this {msg_type}: {type(exc).__name__}: {exc}. This is a bug in klbr "
-        "(the traceback is in the kernel's log); the kernel keeps serving.",
+        f"klbr failed while handling this {msg_type}: a bug in klbr, not in your code. The kernel keeps serving "
+        "and the worker's namespace is kept; please report it with the kernel's log, which has the traceback.",
+        f"{type(exc).__name__}: {exc}",
     )
 
 
@@ -211,8 +241,9 @@ def no_reply_error(msg_type: str, seconds: float) -> CellError:
     """The worker went idle for a request and never replied to it (it dropped it)."""
     return _error(
         "InternalError",
-        f"The worker finished this {msg_type} without replying to it (it was still silent {seconds:g} s after "
-        "going idle), so klbr answers in its place; the worker's log may say why. The kernel keeps serving.",
+        f"The worker finished this {msg_type} without replying to it, so klbr answers in its place; its outputs "
+        "were kept, and the kernel keeps serving. The worker's log may say why.",
+        f"It was still silent {seconds:g} s after going idle.",
     )
 
 

@@ -216,11 +216,13 @@ class HostService(LoggingConfigurable):
         call = request["call"]
         generation = self._generations.get(token)
         if generation is None:
-            return _refused(call, "stale_generation", "this call comes from a generation that has ended")
+            return _refused(call, "stale_generation", "this call comes from a generation that has ended (a process "
+                                                      "it left behind); make it from a cell of the current one")
         cell = self.supervisor.cells.cell
         if cell is None or cell.generation is not generation or request.get("cell") != cell.msg_id:
             return _refused(call, "not_running", "the cell this call was made for is not the one running "
-                                                 "(a thread that outlived its cell?)")
+                                                 "(a thread that outlived its cell?); end such threads before "
+                                                 "their cell ends, or call from the running cell")
         if self._budget_cell != cell.msg_id:
             self._budget_cell, self._budget_used = cell.msg_id, 0
         self._budget_used += 1
