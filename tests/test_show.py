@@ -227,6 +227,15 @@ def test_a_death_between_cells_and_the_crash_loop_say_why_in_the_cell(lab, brows
             "starts no new generation now: it started 2 for lost workers within 300 s (Supervisor.restart_limit), "
             "and stops rather than loop. Fix the cause, then run `%klbr restart`.") in text, text
     assert "new generation." not in text and "Generation 3 (pid " in text, text
+    # The page says so too, naming the notebook, and offers no rebuild (one would be refused).
+    panel = page.locator(".jp-NotebookPanel:visible")
+    expect(panel).to_have_attribute("data-klbr-generation-notice", re.compile(
+        r"^klbr, ends\.ipynb: generation 3 ended \(lost: exited with status 1\), and no new generation starts "
+        r"\(CrashLoop\): the worker was lost 2 times"), timeout=30_000)
+    expect(item).to_have_text(re.compile(r"^klbr: no generation · local · recording$"), timeout=30_000)
+    toast = page.locator(".Toastify__toast").filter(has_text="ends.ipynb: generation 3 ended")
+    expect(toast).to_be_in_viewport(ratio=1, timeout=30_000)  # slid in, for the screenshot
+    assert toast.get_by_role("button", name=re.compile("Rebuild")).count() == 0
     _to_top(page, 3)
     screenshot(page, "show-crash-loop-last-death.png")
     run_cell(page, 4)

@@ -11,6 +11,7 @@ from klbr_supervisor.supervisor import Supervisor
 from ..cell_log.recording import CellLog
 from ..magics.parse import MagicError
 from ..magics.plan import plan_text, rebuild_plan
+from ..requests.outcomes import refusal_error
 from .restore import Json
 
 # Ends the user asked for (the namespace went because they said so): no offer pops up for them.
@@ -23,7 +24,9 @@ def plan_answer(cell_log: CellLog, supervisor: Supervisor) -> Json:
     as `%klbr rebuild --plan` has it, or null when there is none): `generation`, `end_reason`,
     `asked` (it ended because the user or a cell asked), `rebuilt` (the current generation ran a
     rebuild of it already, in part or whole), `cells` (how many a rebuild runs),
-    `skipped`, `seconds` (what they took when they ran) and `text` (the plan as the magic prints it)."""
+    `skipped`, `seconds` (what they took when they ran) and `text` (the plan as the magic prints it);
+    `refusal`: while klbr starts no generation until the user acts (a crash loop, a lost link), the
+    error a cell gets meanwhile (`ename`, `evalue`), which a rebuild would get too; else null."""
     current = supervisor.current
     number = current.number if current is not None else None
     try:
@@ -40,4 +43,7 @@ def plan_answer(cell_log: CellLog, supervisor: Supervisor) -> Json:
             "asked": reason in _ASKED or cell_log.ended_by_request(plan.generation), "rebuilt": rebuilt,
             "cells": len(plan.runs), "skipped": len(plan.cells) - len(plan.runs), "seconds": plan.seconds,
             "text": plan_text(plan, include_errors=False, current=number, where=supervisor.where.spec)}
-    return {"current": number, "generations": cell_log.cell_generations(), "plan": found}
+    refusal = supervisor.refusal(None)
+    refused = refusal_error(refusal) if refusal is not None else None
+    return {"current": number, "generations": cell_log.cell_generations(), "plan": found,
+            "refusal": {"ename": refused.ename, "evalue": refused.evalue} if refused is not None else None}

@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { GenerationWatch, IPlanAnswer, about, announcement, earlierCells, isPlanAnswer, offerLabel, offerOnChange, rebuildable } from './plan';
+import { GenerationWatch, IPlanAnswer, about, announcement, earlierCells, isPlanAnswer, offerLabel, offerOnChange, rebuildable, stopped } from './plan';
 
 /** A `plan` answer as klbr_kernel/comm/plan.py sends it, after generation 1 was lost. */
 function answer(fields: Partial<IPlanAnswer> = {}, plan: Record<string, unknown> = {}): IPlanAnswer {
@@ -30,6 +30,9 @@ describe('the plan answer', () => {
     expect(isPlanAnswer({ ...answer(), plan: { generation: 1 } })).toBe(false);
     expect(isPlanAnswer({ current: '2', generations: {}, plan: null })).toBe(false);
     expect(isPlanAnswer(null)).toBe(false);
+    expect(isPlanAnswer({ ...answer(), refusal: { ename: 'CrashLoop', evalue: 'x' } })).toBe(true);
+    expect(isPlanAnswer({ ...answer(), refusal: null })).toBe(true);
+    expect(isPlanAnswer({ ...answer(), refusal: { ename: 'CrashLoop' } })).toBe(false);
   });
 });
 
@@ -49,11 +52,29 @@ describe('the offer', () => {
     expect(offerOnChange(answer({ plan: null }))).toBeNull();
   });
 
-  it('announces every change, how the old generation ended included', () => {
-    expect(announcement({ from: 1, to: 2 }, answer())).toBe(
-      'klbr: generation 1 ended (lost: killed by signal 9 (SIGKILL)); generation 2 starts with an empty namespace.'
+  it('announces every change, of its notebook, how the old generation ended included', () => {
+    expect(announcement({ from: 1, to: 2 }, answer(), 'a.ipynb')).toBe(
+      'klbr, a.ipynb: generation 1 ended (lost: killed by signal 9 (SIGKILL)); generation 2 starts with an empty namespace.'
     );
-    expect(announcement({ from: 1, to: 3 }, answer({ plan: null }))).toBe('klbr: generation 1 ended; generation 3 starts with an empty namespace.');
+    expect(announcement({ from: 1, to: 3 }, answer({ plan: null }), 'a.ipynb')).toBe(
+      'klbr, a.ipynb: generation 1 ended; generation 3 starts with an empty namespace.'
+    );
+  });
+
+  it('offers nothing while klbr starts no generation, and says so once none serves', () => {
+    const evalue =
+      'Nothing ran: the worker was lost 2 times within 300 s, so klbr stopped starting new ones rather than loop. Fix the ' +
+      'cause, then run `%klbr restart` to start a fresh generation.\n2 automatic new generations within 300 s reached ...';
+    const loop = answer({ current: null, refusal: { ename: 'CrashLoop', evalue } }, { generation: 3 });
+    expect(rebuildable(loop)).toBeNull(); // a rebuild would be refused: no offer, no "rebuild?"
+    expect(offerOnChange(loop)).toBeNull();
+    expect(stopped(loop, 'a.ipynb')).toBe(
+      'klbr, a.ipynb: generation 3 ended (lost: killed by signal 9 (SIGKILL)), and no new generation starts (CrashLoop): the ' +
+        'worker was lost 2 times within 300 s, so klbr stopped starting new ones rather than loop. Fix the cause, then run ' +
+        '`%klbr restart` to start a fresh generation.'
+    );
+    expect(stopped(answer({ current: null }), 'a.ipynb')).toBeNull(); // none yet, one starts when needed
+    expect(stopped(answer({ refusal: null }), 'a.ipynb')).toBeNull();
   });
 });
 

@@ -16,11 +16,18 @@ export interface IRebuildPlan {
   text: string;
 }
 
-/** The `plan` answer: the serving generation, each cell's, and the plan. */
+/** Why klbr starts no generation until the user acts (a crash loop, a lost link): the error a cell gets meanwhile. */
+export interface IRefusal {
+  ename: string;
+  evalue: string;
+}
+
+/** The `plan` answer: the serving generation, each cell's, the plan, and what refuses it. */
 export interface IPlanAnswer {
   current: number | null;
   generations: Record<string, number>;
   plan: IRebuildPlan | null;
+  refusal?: IRefusal | null; // absent from an older kernel: read as null
 }
 
 function isObject(value: unknown): value is Record<string, unknown> {
@@ -41,13 +48,18 @@ function isRebuildPlan(value: unknown): value is IRebuildPlan {
   );
 }
 
+function isRefusal(value: unknown): value is IRefusal {
+  return isObject(value) && typeof value.ename === 'string' && typeof value.evalue === 'string';
+}
+
 export function isPlanAnswer(data: unknown): data is IPlanAnswer {
   return (
     isObject(data) &&
     (data.current === null || typeof data.current === 'number') &&
     isObject(data.generations) &&
     Object.values(data.generations).every(n => typeof n === 'number') &&
-    (data.plan === null || isRebuildPlan(data.plan))
+    (data.plan === null || isRebuildPlan(data.plan)) &&
+    (data.refusal === undefined || data.refusal === null || isRefusal(data.refusal))
   );
 }
 
@@ -70,10 +82,12 @@ export function offerLabel(plan: IRebuildPlan): string {
   return `Rebuild the namespace (${plan.cells} cell${plan.cells === 1 ? '' : 's'}, ${about(plan.seconds)})`;
 }
 
-/** The plan a rebuild would run now, if there is one to offer: cells to run, of a generation that no longer serves, not rebuilt yet. */
+/** The plan a rebuild would run now, if there is one to offer: cells to run, of a generation that no longer serves, not
+ * rebuilt yet, and klbr willing to start a generation for it (not in a crash loop, its link not lost). */
 export function rebuildable(answer: IPlanAnswer): IRebuildPlan | null {
   const plan = answer.plan;
-  return plan !== null && plan.cells > 0 && !plan.rebuilt && plan.generation !== answer.current ? plan : null;
+  const refused = answer.refusal !== undefined && answer.refusal !== null;
+  return plan !== null && plan.cells > 0 && !plan.rebuilt && plan.generation !== answer.current && !refused ? plan : null;
 }
 
 /** A generation change seen in the kernel's state: the one before and the one now. */
@@ -99,6 +113,11 @@ export class GenerationWatch {
     return this._last !== null;
   }
 
+  /** The generation seen last (it may have ended since), if any. */
+  get last(): number | null {
+    return this._last;
+  }
+
   /** Another kernel: what the last one served says nothing of it. */
   reset(): void {
     this._last = null;
@@ -107,12 +126,29 @@ export class GenerationWatch {
   private _last: number | null = null;
 }
 
-/** What a generation change says: which one ended, how (the plan read after it knows), and that the new one starts empty. */
-export function announcement(change: IGenerationChange, answer: IPlanAnswer): string {
-  const plan = answer.plan;
-  const how = plan !== null && plan.end_reason ? ` (${plan.end_reason})` : '';
-  const ended = plan !== null ? plan.generation : change.from;
-  return `klbr: generation ${ended} ended${how}; generation ${change.to} starts with an empty namespace.`;
+/** How the plan's generation ended, for a toast: ` (lost: killed by signal 9 (SIGKILL))`, or nothing when unknown. */
+function how(answer: IPlanAnswer): string {
+  return answer.plan !== null && answer.plan.end_reason ? ` (${answer.plan.end_reason})` : '';
+}
+
+/** What a generation change says, of the notebook `name`: which one ended, how (the plan read after it knows), and
+ * that the new one starts empty. */
+export function announcement(change: IGenerationChange, answer: IPlanAnswer, name: string): string {
+  const ended = answer.plan !== null ? answer.plan.generation : change.from;
+  return `klbr, ${name}: generation ${ended} ended${how(answer)}; generation ${change.to} starts with an empty namespace.`;
+}
+
+/** What the end of the last generation klbr starts says (a crash loop, a lost link): which one ended, how, and the
+ * refusal's words for the user (the cell's error without its "Nothing ran: ", without the operator's line);
+ * null while klbr is willing to start one. */
+export function stopped(answer: IPlanAnswer, name: string): string | null {
+  const refusal = answer.refusal;
+  if (refusal === undefined || refusal === null || answer.current !== null) {
+    return null;
+  }
+  const words = refusal.evalue.split('\n')[0].replace(/^Nothing ran: /, '');
+  const ended = answer.plan !== null ? `generation ${answer.plan.generation} ended${how(answer)}, and ` : '';
+  return `klbr, ${name}: ${ended}no new generation starts (${refusal.ename}): ${words}`;
 }
 
 /** Whether a change is offered a rebuild at once: the generation ended without anyone asking. */

@@ -13,7 +13,8 @@ import type { KernelMessage } from '@jupyterlab/services';
 import type { JSONObject } from '@lumino/coreutils';
 import { Widget } from '@lumino/widgets';
 
-import { GenerationWatch, IPlanAnswer, IRebuildPlan, announcement, earlierCells, isPlanAnswer, offerLabel, offerOnChange, rebuildable } from './plan';
+import { notebookName } from './notebook';
+import { GenerationWatch, IPlanAnswer, IRebuildPlan, announcement, earlierCells, isPlanAnswer, offerLabel, offerOnChange, rebuildable, stopped } from './plan';
 
 const EARLIER = 'klbr-EarlierGeneration';
 
@@ -43,15 +44,33 @@ export class RebuildOffer {
     this._mark(new Map());
   }
 
-  /** The kernel's state says `generation` serves: on a change (or the first state of a kernel) the plan is read again. */
+  /** The kernel's state says `generation` serves: on a change (or the first state of a kernel) the plan is read again;
+   * once no generation serves after one did, it is read once more, to say so if klbr starts none (a crash loop). */
   generationSeen(generation: number | null): void {
     const first = generation !== null && !this._watch.watching;
+    const ended = generation === null && this._watch.watching && this._endSeen !== this._watch.last;
     const change = this._watch.seen(generation);
-    if (change === null && !first) {
+    if (generation !== null) {
+      this._endSeen = null;
+    }
+    if (change === null && !first && !ended) {
       return;
     }
+    if (ended) {
+      this._endSeen = this._watch.last;
+    }
     void this.refresh().then(answer => {
-      if (change === null || answer === null) {
+      if (answer === null) {
+        return;
+      }
+      const name = notebookName(this._panel);
+      const none = ended ? stopped(answer, name) : null;
+      if (none !== null) {
+        this._dismissOffer(); // a rebuild would be refused now
+        Notification.error(none, { autoClose: false });
+        this._panel.node.dataset.klbrGenerationNotice = none;
+      }
+      if (change === null) {
         return;
       }
       const offer = offerOnChange(answer);
@@ -59,13 +78,21 @@ export class RebuildOffer {
       if (offer !== null) {
         actions.push({ label: offerLabel(offer), caption: 'See the plan first', callback: () => void this.showPlan() });
       }
-      const text = announcement(change, answer);
+      const text = announcement(change, answer, name);
       const id = Notification.emit(text, offer !== null ? 'warning' : 'info', { autoClose: offer !== null ? false : 6000, actions });
       if (offer !== null) {
+        this._dismissOffer(); // the newest end's offer is the one to take
         this._offered = id;
       }
       this._panel.node.dataset.klbrGenerationNotice = text;
     });
+  }
+
+  private _dismissOffer(): void {
+    if (this._offered !== null) {
+      Notification.dismiss(this._offered);
+      this._offered = null;
+    }
   }
 
   /** Ask the kernel for the plan and mark the cells; null when it cannot say (no cell log, no comm). */
@@ -95,7 +122,10 @@ export class RebuildOffer {
     const answer = await this.refresh();
     const plan = answer !== null ? rebuildable(answer) : null;
     if (plan === null) {
-      Notification.info('klbr: there is nothing to rebuild');
+      const refused = answer?.refusal;
+      Notification.info(
+        refused ? `klbr, ${notebookName(this._panel)}: ${refused.ename}: no rebuild now` : `klbr, ${notebookName(this._panel)}: there is nothing to rebuild`
+      );
       return;
     }
     const body = new Widget({ node: document.createElement('pre') });
@@ -111,15 +141,13 @@ export class RebuildOffer {
   /** `%klbr rebuild` of `plan`'s generation, as a request of the page's own: its progress in a notification, not in a cell. */
   async rebuild(plan: IRebuildPlan): Promise<void> {
     const kernel = this._panel.sessionContext.session?.kernel;
+    const name = notebookName(this._panel);
     if (!kernel) {
-      Notification.error('klbr: no kernel to rebuild in');
+      Notification.error(`klbr, ${name}: no kernel to rebuild in`);
       return;
     }
-    if (this._offered !== null) {
-      Notification.dismiss(this._offered); // taken up: one rebuild at a time
-      this._offered = null;
-    }
-    const id = Notification.emit(`klbr: rebuilding generation ${plan.generation}'s namespace (${plan.cells} cells)…`, 'in-progress', {
+    this._dismissOffer(); // taken up: one rebuild at a time
+    const id = Notification.emit(`klbr, ${name}: rebuilding generation ${plan.generation}'s namespace (${plan.cells} cells)…`, 'in-progress', {
       autoClose: false
     });
     const future = kernel.requestExecute({
@@ -134,17 +162,17 @@ export class RebuildOffer {
       if (msg.header.msg_type === 'stream') {
         printed += (msg.content as KernelMessage.IStreamMsg['content']).text;
         const last = printed.trimEnd().split('\n').pop() ?? '';
-        Notification.update({ id, message: `klbr: ${last}` });
+        Notification.update({ id, message: `klbr, ${name}: ${last}` });
       }
     };
     const reply = (await future.done).content;
     const lines = printed.trimEnd().split('\n');
     if (reply.status === 'ok') {
-      Notification.update({ id, message: `klbr: ${lines[lines.length - 1]}`, type: 'success', autoClose: 8000 });
+      Notification.update({ id, message: `klbr, ${name}: ${lines[lines.length - 1]}`, type: 'success', autoClose: 8000 });
     } else if (reply.status === 'error') {
-      Notification.update({ id, message: `klbr: ${reply.ename}: ${reply.evalue}`, type: 'error', autoClose: false });
+      Notification.update({ id, message: `klbr, ${name}: ${reply.ename}: ${reply.evalue}`, type: 'error', autoClose: false });
     } else {
-      Notification.update({ id, message: 'klbr: the rebuild did not run', type: 'error', autoClose: false });
+      Notification.update({ id, message: `klbr, ${name}: the rebuild did not run`, type: 'error', autoClose: false });
     }
     this._panel.node.dataset.klbrRebuilt = reply.status;
     await this.refresh();
@@ -198,4 +226,5 @@ export class RebuildOffer {
   private readonly _watch = new GenerationWatch();
   private _plan: IRebuildPlan | null = null;
   private _offered: string | null = null; // the notification that offers it, while it shows
+  private _endSeen: number | null = null; // the generation whose end with none after it was looked at
 }
