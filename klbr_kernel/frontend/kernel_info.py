@@ -1,7 +1,9 @@
 """The proxy's kernel_info_reply: answered at once, also before any worker is ready.
 
 Capabilities are the proxy's own (semantics 12): no kernel subshells, the debugger
-because debug_request is forwarded to the worker's control channel.
+because debug_request is forwarded to the worker's control channel, when the worker has one: its
+own kernel_info says, once it has answered; before, whether debugpy is installed here, unless
+`Supervisor.debugger` is off (`configure`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,16 @@ _OWN_LANGUAGE_INFO = {
     "file_extension": ".py",
 }
 
+# `Supervisor.debugger`, as far as it is known: the stand-in reads the command line, the app the
+# whole configuration (`configure`). Off, no answer before a worker's says there is a debugger.
+_debugger_wanted = True
+
+
+def configure(debugger: bool) -> None:
+    """`Supervisor.debugger` as configured (the stand-in's and the proxy's answers from now on)."""
+    global _debugger_wanted
+    _debugger_wanted = debugger
+
 
 def kernel_info_content(worker_info: dict[str, Any] | None, generation: int | None, placement: str
                         ) -> dict[str, Any]:
@@ -37,7 +49,7 @@ def kernel_info_content(worker_info: dict[str, Any] | None, generation: int | No
     if worker_info:
         debugger = "debugger" in worker_info.get("supported_features", ()) or bool(worker_info.get("debugger"))
     else:
-        debugger = importlib.util.find_spec("debugpy") is not None
+        debugger = _debugger_wanted and importlib.util.find_spec("debugpy") is not None
     where = f"generation {generation}" if generation else "first generation starting"
     banner = f"klbr {__version__} — supervised {language_info.get('name', 'python')} {language_info.get('version', '')} ({where}, {placement})"
     if worker_info.get("banner"):

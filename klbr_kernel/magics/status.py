@@ -70,6 +70,7 @@ def status_rows(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | 
         ("cell timeout", f"{timeout:g} s" if timeout else "none"),
         ("interrupt grace", f"{st['interrupt_grace']:g} s"),
         ("memory", _memory(st["memory"], st["memory_limit"], st["memory_applied"], st["memory_limits"])),
+        ("debugger", st["debugger"]),
         ("cell log", cell_log.state_text()),
         ("dropped", frontend.drops.status() if frontend is not None else "-"),
     ]
