@@ -11,45 +11,19 @@ from __future__ import annotations
 from pathlib import Path
 
 from klbr_supervisor.boot import bootstrap, prelaunch
-from utils import execute, start_kernel, status_row, value
+from utils import (
+    DEBUGPY_LOADED,
+    assert_no_debugger,
+    debug_request,
+    execute,
+    kernel_info,
+    start_kernel,
+    status_row,
+    value,
+)
 
 OTHER = Path(__file__).parent.parent / ".venv-ipykernel" / "bin" / "python"
 OFF = "--Supervisor.debugger=False"
-# The worker's modules of debugpy's (pydevd's come with it), loaded ones only: the bootstrap's
-# `sys.modules["debugpy"] = None` is what keeps it out.
-DEBUGPY_LOADED = ("sorted(name for name, module in __import__('sys').modules.items() if module is not None "
-                  "and name.split('.')[0] in ('debugpy', 'pydevd', '_pydevd_bundle', '_pydev_bundle'))")
-
-
-def kernel_info(kc) -> dict:
-    kc.kernel_info()
-    return kc.get_shell_msg(timeout=10)["content"]
-
-
-def debug_request(kc) -> dict:
-    """A frontend's first debug_request (JupyterLab's `initialize`), on control; its reply."""
-    msg = kc.session.msg("debug_request", {
-        "type": "request", "seq": 1, "command": "initialize",
-        "arguments": {"clientID": "test", "adapterID": "python", "pathFormat": "path"}})
-    kc.control_channel.send(msg)
-    reply = kc.control_channel.get_msg(timeout=20)
-    assert reply["msg_type"] == "debug_reply" and reply["parent_header"]["msg_id"] == msg["header"]["msg_id"]
-    return reply["content"]
-
-
-def assert_no_debugger(kc) -> None:
-    """The worker behind `kc` has no debugpy, says so, answers a debug_request and runs cells."""
-    assert value(kc, DEBUGPY_LOADED) == []
-    info = kernel_info(kc)
-    assert info["debugger"] is False and "debugger" not in info["supported_features"]
-    assert debug_request(kc).get("success") is not True  # answered, without a debugger
-    assert value(kc, "6 * 7") == 42
-    reply, _ = execute(kc, "import debugpy")
-    assert reply["content"]["status"] == "error" and reply["content"]["ename"] in ("ImportError",
-                                                                                   "ModuleNotFoundError")
-    assert status_row(kc, "debugger") == "off (Supervisor.debugger=False)"
-
-
 def test_off_on_the_command_line_the_prelaunched_a_restarted_and_a_python_placement_worker_have_no_debugpy(
         tmp_path):
     assert OTHER.exists(), f"{OTHER} is missing: `make test` creates it (make .venv-ipykernel/.ready)"
