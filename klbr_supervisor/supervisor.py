@@ -325,16 +325,6 @@ class Supervisor(SupervisorSettings):
         """`%klbr timeout SECONDS` (0 = none) for the cells that follow."""
         self.policy.session_timeout = seconds
 
-    def _debugger_shown(self) -> str:
-        """Whether the current worker has ipykernel's debugger (its kernel_info says), and why not."""
-        gen = self.current
-        info = gen.kernel_info if gen is not None else {}
-        if not info:
-            return "on" if self.debugger else "off (Supervisor.debugger=False)"
-        if "debugger" in info.get("supported_features", ()) or info.get("debugger"):
-            return "on" if self.debugger else "on: its worker is not one klbr starts (Supervisor.debugger=False)"
-        return "off (Supervisor.debugger=False)" if not self.debugger else "none: no debugpy where its worker runs"
-
     def status(self) -> dict[str, Any]:
         gen, spare, refusal = self.current, self.succession.spare, self.succession.refusal
         stopped = {"placement_lost": "stopped: link lost", "crash_loop": "stopped: crash loop"}
@@ -357,7 +347,7 @@ class Supervisor(SupervisorSettings):
             "memory_limit": self.memory_limit_bytes,
             "memory_applied": gen.memory_limit if gen else None,  # the limit its worker started under
             "memory_limits": gen.target.limits_memory if gen else None,  # whether its placement applies one
-            "debugger": self._debugger_shown(),
+            "debugger": self.debugger,  # as configured; what the worker has, its kernel_info says
         }
 
     # -- from generations --------------------------------------------------------------------------

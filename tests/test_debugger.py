@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from jupyter_client.manager import KernelManager
+
 from klbr_supervisor.boot import bootstrap, prelaunch
 from utils import (
     DEBUGPY_LOADED,
@@ -45,13 +47,18 @@ def test_off_in_a_config_file_holds_too(tmp_path):
         assert_no_debugger(kc)
 
 
-def test_the_default_keeps_the_debugger(kernel):
+def test_the_default_keeps_the_debugger_on_ipykernel_7_and_6_29(kernel):
+    """ipykernel 6.29 says nothing of its debugger in kernel_info (7 lists it in supported_features):
+    the proxy says it has one, as it does."""
     km, kc = kernel
-    assert "debugpy" in value(kc, DEBUGPY_LOADED)
-    info = kernel_info(kc)
-    assert info["debugger"] is True and "debugger" in info["supported_features"]
-    assert debug_request(kc)["success"] is True
-    assert status_row(kc, "debugger") == "on"
+    for _ in ("newest", "oldest"):
+        assert "debugpy" in value(kc, DEBUGPY_LOADED)
+        info = kernel_info(kc)
+        assert info["debugger"] is True and "debugger" in info["supported_features"]
+        assert debug_request(kc)["success"] is True
+        assert status_row(kc, "debugger") == "on"
+        reply, _ = execute(kc, f"%klbr placement python:{OTHER}")
+        assert reply["content"]["status"] == "ok", reply["content"]
 
 
 def test_the_word_the_prelaunch_and_the_settings_give_is_the_one_the_bootstrap_takes_off():
@@ -63,3 +70,19 @@ def test_the_word_the_prelaunch_and_the_settings_give_is_the_one_the_bootstrap_t
                         (["--Supervisor.debugger", "0"], False), (["--Supervisor.debugger=maybe"], None),
                         ([OFF, "--Supervisor.debugger=True"], None)):
         assert prelaunch.debugger_given(given) is read, given
+
+
+def test_the_first_kernel_info_as_the_kernel_starts_says_no_debugger():
+    """Asked at once, before the proxy's imports are done: the stand-in answers, from the command line."""
+    km = KernelManager(kernel_name="klbr")
+    km.start_kernel(extra_arguments=[OFF])
+    kc = km.client()
+    kc.start_channels()
+    try:
+        msg_id = kc.kernel_info()
+        reply = kc.get_shell_msg(timeout=60)
+        assert reply["parent_header"]["msg_id"] == msg_id
+        assert reply["content"]["debugger"] is False, reply["content"]["banner"]
+    finally:
+        kc.stop_channels()
+        km.shutdown_kernel()
