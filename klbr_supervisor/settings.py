@@ -58,8 +58,10 @@ class SupervisorSettings(LoggingConfigurable):
         help="Workers klbr starts (local, python:, ssh://, docker:// and slurm:// placements) have ipykernel's "
              "debugger (debugpy, for JupyterLab's debugger panel) when it is installed there. False starts them "
              "without debugpy: about 7 MiB less per worker (twice that with the warm spare), no debugger, and "
-             "kernel_info says so (`debugger: false`); `import debugpy` in a cell then fails. A kernelspec: "
-             "or provisioner worker is not klbr's to start: it keeps its own debugger.",
+             "kernel_info says so (`debugger: false`); `import debugpy` in a cell then fails. JupyterLab shows "
+             "its debugger toggle by the kernelspec's metadata: `klbr-kernel install --no-debugger` writes a "
+             "kernelspec that says no debugger and sets this. A kernelspec: or provisioner worker is not "
+             "klbr's to start: it keeps its own debugger.",
     )
     link_timeout = Float(
         LINK_TIMEOUT, config=True,
