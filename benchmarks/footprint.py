@@ -2,7 +2,8 @@
 
 Per process of a kernel's tree (the kernel process, the reaper, the worker, the warm spare), its PSS
 and RSS from /proc/PID/smaps_rollup, after 5 trivial cells and 4 s of settling, beside plain
-ipykernel from the same venv (and a second plain ipykernel kernelspec: the A/A noise). One kernel
+ipykernel from the same venv (and a second plain ipykernel kernelspec: the A/A noise); klbr as
+installed, and with `--Supervisor.standby=False`, `--Supervisor.debugger=False` and both. One kernel
 runs at a time, taking turns by round, so no kernel shares pages with another of the run. PSS
 counts a page shared by N processes as 1/N to each, so a tree's total is what it adds to the
 machine; RSS counts every mapped page in full.
@@ -36,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from measures import pid_of_worker, run_cell  # benchmarks/ is no package
 
 KINDS = {"klbr": "klbr", "klbr, standby off": "klbr-bench-nostandby",
+         "klbr, debugger off": "klbr-bench-nodebugger", "klbr, debugger and standby off": "klbr-bench-lean",
          "ipykernel": "python3", "ipykernel A/A": "python3-aa"}
 ROLES = ("kernel process", "reaper", "worker", "warm spare")
 
@@ -92,8 +94,10 @@ def kernelspecs() -> None:
     cannot open (a newer schema), and a kernel without its store holds less."""
     root = Path(tempfile.mkdtemp(prefix="klbr-footprint-"))
     os.environ.setdefault("KLBR_DB", str(root / "klbr.sqlite3"))
-    specs = {"klbr-bench-nostandby": [sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}",
-                                      "--Supervisor.standby=False"],
+    klbr = [sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}"]
+    specs = {"klbr-bench-nostandby": [*klbr, "--Supervisor.standby=False"],
+             "klbr-bench-nodebugger": [*klbr, "--Supervisor.debugger=False"],
+             "klbr-bench-lean": [*klbr, "--Supervisor.debugger=False", "--Supervisor.standby=False"],
              "python3-aa": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]}
     for name, argv in specs.items():
         spec = root / "kernels" / name
@@ -142,7 +146,7 @@ def many(n: int) -> dict[str, float]:
     """Total PSS (MiB) of n idle kernels of each kind, all of a kind running at once."""
     kernelspecs()
     totals = {}
-    for kind in ("klbr", "klbr, standby off", "ipykernel"):
+    for kind in (kind for kind in KINDS if kind != "ipykernel A/A"):
         with ExitStack() as stack:
             managers = []
             for _ in range(n):

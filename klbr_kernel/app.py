@@ -28,7 +28,7 @@ from klbr_supervisor.supervisor import Supervisor
 
 from . import options, parent
 from ._version import __version__
-from .frontend import encryption, standin
+from .frontend import encryption, kernel_info, standin
 from .proxy import Proxy
 
 
@@ -170,6 +170,7 @@ class KlbrKernelApp(JupyterApp):
         proxy = Proxy(info, session, parent=self, notebook=os.environ.get("JPY_SESSION_NAME") or None,
                       max_message_size=self.max_message_size, worker_options=worker_options,
                       first_worker=self.first_worker)
+        kernel_info.configure(proxy.supervisor.debugger)  # config files included, before any answer of the proxy's
         loop = asyncio.get_running_loop()
         loop.add_signal_handler(signal.SIGTERM, proxy.request_shutdown)
         loop.add_signal_handler(signal.SIGINT, proxy.request_interrupt)

@@ -10,7 +10,7 @@ from traitlets.utils.bunch import Bunch
 
 from .boot.agent_launch import LINK_TIMEOUT
 from .boot.placement import Placement
-from .boot.prelaunch import history_args
+from .boot.prelaunch import debugger_args, history_args
 from .boot.ssh_launch import split
 from .memory import parse_size
 from .targets.base import Engines
@@ -52,6 +52,16 @@ class SupervisorSettings(LoggingConfigurable):
              "the cell log is the history, and each cell skips a second SQLite write (~1.5 ms of CPU). "
              "A HistoryManager.enabled, or a HistoryManager.hist_file other than :memory:, on the "
              "kernel's command line decides instead.",
+    )
+    debugger = Bool(
+        True, config=True,
+        help="Workers klbr starts (local, python:, ssh://, docker:// and slurm:// placements) have ipykernel's "
+             "debugger (debugpy, for JupyterLab's debugger panel) when it is installed there. False starts them "
+             "without debugpy: about 7 MiB less per worker (twice that with the warm spare), no debugger, and "
+             "kernel_info says so (`debugger: false`); `import debugpy` in a cell then fails. JupyterLab shows "
+             "its debugger toggle by the kernelspec's metadata: `klbr-kernel install --no-debugger` writes a "
+             "kernelspec that says no debugger and sets this. A kernelspec: or provisioner worker is not "
+             "klbr's to start: it keeps its own debugger.",
     )
     link_timeout = Float(
         LINK_TIMEOUT, config=True,
@@ -136,8 +146,9 @@ class SupervisorSettings(LoggingConfigurable):
     @property
     def worker_args(self) -> tuple[str, ...]:
         """What klbr itself adds to its ipykernel workers' command line, after the session id and
-        before `worker_options`: IPython's history, as configured and as those options say."""
-        return history_args(self.worker_options, self.ipython_history)
+        before `worker_options`: IPython's history, as configured and as those options say, and
+        whether its bootstrap keeps debugpy out (`debugger`)."""
+        return (*history_args(self.worker_options, self.ipython_history), *debugger_args(self.debugger))
 
     @property
     def engines(self) -> Engines:

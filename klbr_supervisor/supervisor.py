@@ -136,7 +136,7 @@ class Supervisor(SupervisorSettings):
         given = Given(number=number, runtime_dir=self._runtime_dir, reaper=self._reaper, context=self._zmq,
                       log=self.log, ssh=self.ssh, link_timeout=self.link_timeout, engines=self.engines,
                       client=self._host_client,
-                      host_tcp=self.host.tcp)
+                      host_tcp=self.host.tcp, debugger=self.debugger)
         target = target_for(self.where, self.worker_kernel, session=self.session.clone(), given=given, early=early)
         gen = Generation(
             number, target=target, session=self.session, worker_args=self.worker_args,
@@ -347,6 +347,7 @@ class Supervisor(SupervisorSettings):
             "memory_limit": self.memory_limit_bytes,
             "memory_applied": gen.memory_limit if gen else None,  # the limit its worker started under
             "memory_limits": gen.target.limits_memory if gen else None,  # whether its placement applies one
+            "debugger": self.debugger,  # as configured; what the worker has, its kernel_info says
         }
 
     # -- from generations --------------------------------------------------------------------------

@@ -72,6 +72,19 @@ def test_install_can_name_a_placement_and_refuses_one_that_is_no_spec(tmp_path):
     assert not (tmp_path / "share/jupyter/kernels/bad").exists()
 
 
+def test_install_without_the_debugger_says_so_in_the_metadata_jupyterlab_reads(tmp_path):
+    """JupyterLab shows its debugger toggle by the kernelspec's `metadata.debugger`: off, the spec
+    says no debugger and its command line turns the workers' off."""
+    subprocess.run([sys.executable, "-m", "klbr_kernel", "install", "--prefix", str(tmp_path), "--name", "lean",
+                    "--no-debugger"], check=True)
+    spec = json.loads((tmp_path / "share/jupyter/kernels/lean/kernel.json").read_text())
+    assert spec["metadata"]["debugger"] is False and spec["argv"][-1] == "--Supervisor.debugger=False"
+    subprocess.run([sys.executable, "-m", "klbr_kernel", "install", "--prefix", str(tmp_path), "--name", "full"],
+                   check=True)
+    spec = json.loads((tmp_path / "share/jupyter/kernels/full/kernel.json").read_text())
+    assert spec["metadata"]["debugger"] is True and "--Supervisor.debugger=False" not in spec["argv"]
+
+
 def test_jupyter_lists_the_kernel():
     out = subprocess.run([sys.executable, "-m", "jupyter", "kernelspec", "list", "--json"], check=True,
                          capture_output=True, text=True).stdout

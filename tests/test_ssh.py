@@ -24,6 +24,7 @@ from klbr_supervisor.boot import prelaunch
 from klbr_supervisor.settings import SupervisorSettings
 from sshd import SSHD, Sshd, signal_quietly
 from utils import (
+    assert_no_debugger,
     collect,
     execute,
     host_call_codes,
@@ -193,6 +194,21 @@ def test_options_for_workers_reach_the_remote_kernels_command_line(tmp_path, ssh
                 version = value(kc, "__import__('platform').python_version()")
                 assert (f"generation 2 runs on {SPEC} (python {version} at {REMOTE_PYTHON}, pid {worker_pid(kc)})"
                         in stream_text(outputs)), stream_text(outputs)
+
+
+def test_debugger_off_keeps_debugpy_out_of_the_remote_worker_started_early_and_of_the_next(tmp_path, sshd):
+    """`Supervisor.debugger=False` travels in the agent's start as the worker's other arguments do
+    (docker:// and slurm:// start the same agent): the ssh started before the proxy's imports has
+    it and is kept, and the remote ipykernel (6.29) has no debugpy, nor does the next generation."""
+    log = tmp_path / "kernel.log"
+    with start_kernel(extra_arguments=[f"--Supervisor.placement={SPEC}", f"--Supervisor.ssh_options=-F{sshd.config}",
+                                       "--Supervisor.debugger=False", "--KlbrKernelApp.log_level=INFO"],
+                      log=log) as (km, kc):
+        assert_no_debugger(kc)
+        assert "discarded" not in log.read_text()
+        execute(kc, "%klbr restart", timeout=60)
+        assert status_row(kc, "generation").startswith("2")
+        assert_no_debugger(kc)
 
 
 def _remote_kernels(flag: bytes) -> list[int]:

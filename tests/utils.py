@@ -350,3 +350,40 @@ def notes_shown(kc, text: str) -> list[str]:
     """The markdown of what `host.notify(text)` displayed in its cell."""
     _, outputs = execute(kc, f"host.notify({text!r})")
     return [m["content"]["data"]["text/markdown"] for m in outputs if m["msg_type"] == "display_data"]
+
+
+# -- the debugger (`Supervisor.debugger`) -----------------------------------------------------------
+
+# The worker's modules of debugpy's (pydevd's come with it), loaded ones only: the bootstrap's
+# `sys.modules["debugpy"] = None` is what keeps it out.
+DEBUGPY_LOADED = ("sorted(name for name, module in __import__('sys').modules.items() if module is not None "
+                  "and name.split('.')[0] in ('debugpy', 'pydevd', '_pydevd_bundle', '_pydev_bundle'))")
+
+
+def kernel_info(kc) -> dict:
+    kc.kernel_info()
+    return kc.get_shell_msg(timeout=10)["content"]
+
+
+def debug_request(kc) -> dict:
+    """A frontend's first debug_request (JupyterLab's `initialize`), on control; its reply."""
+    msg = kc.session.msg("debug_request", {
+        "type": "request", "seq": 1, "command": "initialize",
+        "arguments": {"clientID": "test", "adapterID": "python", "pathFormat": "path"}})
+    kc.control_channel.send(msg)
+    reply = kc.control_channel.get_msg(timeout=20)
+    assert reply["msg_type"] == "debug_reply" and reply["parent_header"]["msg_id"] == msg["header"]["msg_id"]
+    return reply["content"]
+
+
+def assert_no_debugger(kc) -> None:
+    """The worker behind `kc` has no debugpy, says so, answers a debug_request and runs cells."""
+    assert value(kc, DEBUGPY_LOADED) == []
+    info = kernel_info(kc)
+    assert info["debugger"] is False and "debugger" not in info["supported_features"]
+    assert debug_request(kc) == {}  # answered as ipykernel answers without debugpy: no content
+    assert value(kc, "6 * 7") == 42
+    reply, _ = execute(kc, "import debugpy")
+    assert reply["content"]["status"] == "error" and reply["content"]["ename"] in ("ImportError",
+                                                                                   "ModuleNotFoundError")
+    assert status_row(kc, "debugger") == "off (Supervisor.debugger=False)"

@@ -184,12 +184,17 @@ class InstallCommand(KlbrCommand):
     placement = Unicode("", config=True, help="Where its sessions run (Supervisor.placement), as "
                         "ssh://gpu-box/usr/bin/python3, docker://IMAGE or slurm://PARTITION; written into the "
                         "kernelspec's command line.")
+    debugger = Bool(True, config=True, help="Whether its workers have ipykernel's debugger (Supervisor.debugger); "
+                    "off, --Supervisor.debugger=False goes on the kernelspec's command line and its metadata "
+                    "says no debugger (JupyterLab then shows no debugger toggle).")
     aliases = {**base_aliases, "prefix": "InstallCommand.prefix", "name": "InstallCommand.kernel_name",
                "display-name": "InstallCommand.display_name", "placement": "InstallCommand.placement"}
     flags = {
         **base_flags,
         "user": ({"InstallCommand": {"user": True}}, "Install for the current user."),
         "sys-prefix": ({"InstallCommand": {"sys_prefix": True}}, "Install into this environment (sys.prefix)."),
+        "no-debugger": ({"InstallCommand": {"debugger": False}},
+                        "Workers without ipykernel's debugger (--Supervisor.debugger=False): ~7 MiB less per worker."),
     }
 
     def start(self) -> None:
@@ -202,7 +207,7 @@ class InstallCommand(KlbrCommand):
                 self._usage(str(e))
         prefix = sys.prefix if self.sys_prefix else (self.prefix or None)
         dest = install(user=self.user, prefix=prefix, name=self.kernel_name, display_name=self.display_name or None,
-                       placement=self.placement)
+                       placement=self.placement, debugger=self.debugger)
         print(f"Installed kernelspec {self.kernel_name} in {dest}")
 
 

@@ -31,7 +31,7 @@ import zmq
 from klbr_supervisor.boot import prelaunch
 from klbr_supervisor.messages import protocol
 
-from . import encryption
+from . import encryption, kernel_info
 from .heartbeat import Heartbeat
 from .kernel_info import PROTOCOL_VERSION, kernel_info_content
 
@@ -322,6 +322,8 @@ def start(argv: list[str], session_id: str | None = None) -> None:
         context: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
         size = max_message_size(argv)
         sockets, heartbeat = bind(info, context, size)
+        # The command line's only: a config file's is the app's, read later (`KlbrKernelApp.start`).
+        kernel_info.configure(prelaunch.debugger_given(argv) is not False)
     except (OSError, TypeError, ValueError, KeyError, zmq.ZMQError, BindError):  # no file, bad JSON, port taken
         return
     # The session the frontend will see throughout: the prelaunched worker already speaks as it.

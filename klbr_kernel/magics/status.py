@@ -9,7 +9,7 @@ from klbr_supervisor.memory import MemoryStatus, size_text
 from klbr_supervisor.supervisor import Supervisor
 
 from ..cell_log.recording import CellLog
-from ..frontend import encryption
+from ..frontend import encryption, kernel_info
 from ..frontend.sockets import Frontend
 
 
@@ -70,6 +70,7 @@ def status_rows(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | 
         ("cell timeout", f"{timeout:g} s" if timeout else "none"),
         ("interrupt grace", f"{st['interrupt_grace']:g} s"),
         ("memory", _memory(st["memory"], st["memory_limit"], st["memory_applied"], st["memory_limits"])),
+        ("debugger", kernel_info.debugger_shown(st["debugger"], supervisor.current)),
         ("cell log", cell_log.state_text()),
         ("dropped", frontend.drops.status() if frontend is not None else "-"),
     ]

@@ -3,6 +3,7 @@
 `main` is ``python -m ipykernel_launcher ARGS...`` after these, each a function of its own:
 
 - `limit_memory`: `Supervisor.memory_limit` as the worker's RLIMIT_DATA, before ipykernel is imported;
+- `keep_debugger_out`: with `Supervisor.debugger` off, no debugpy, before ipykernel is imported;
 - `lossless_iopub`: an iopub that never drops what the worker publishes;
 - `flush_by_size`: stdout and stderr sent once 256 KiB wait, not as one message per 0.2 s;
 - `flush_only_what_waits`: a flush with nothing to send returns at once;
@@ -39,6 +40,9 @@ from typing import Any
 NOTICE = "klbr worker: "
 # The environment variable `Supervisor.memory_limit` comes in, in bytes (see `limit_memory`).
 MEMORY_LIMIT = "KLBR_MEMORY_LIMIT"
+# The word on the worker's command line that `Supervisor.debugger = False` adds (`prelaunch.NO_DEBUGGER`
+# says the same; a test compares them).
+NO_DEBUGGER = "--KlbrWorker.debugger=False"
 # Characters written to a stream since it was last flushed by size (see `flush_by_size`). 256 KiB,
 # not more: what the proxy's iopub queues for a reader slower than the flood is counted in messages
 # (`klbr_kernel.frontend.standin.IOPUB_QUEUE`, 200), and at 1 MiB a message a 1 GiB flood to a
@@ -76,6 +80,22 @@ def limit_memory(environ: MutableMapping[str, str] = os.environ) -> int:
         limit = limit if hard == resource.RLIM_INFINITY else min(limit, hard)
         resource.setrlimit(resource.RLIMIT_DATA, (limit, limit))
     return limit
+
+
+def keep_debugger_out(argv: list[str] | None = None) -> bool:
+    """`Supervisor.debugger = False` (`NO_DEBUGGER` in `argv`, by default this process's command line,
+    taken off it): debugpy cannot be imported in this worker, so ipykernel makes no debugger, as when
+    debugpy is not installed (6.29 and 7.x import it in a ``try`` in `ipykernel.debugger`): its
+    kernel_info then says no debugger, a debug_request is answered without one, and debugpy's and
+    pydevd's modules (about 7 MiB) are never loaded. A cell's ``import debugpy`` fails too. Returns
+    whether it was kept out."""
+    argv = sys.argv if argv is None else argv
+    if NO_DEBUGGER not in argv:
+        return False
+    while NO_DEBUGGER in argv:
+        argv.remove(NO_DEBUGGER)
+    sys.modules["debugpy"] = None  # type: ignore[assignment]  # the import system's "not importable here"
+    return True
 
 
 class _IopubContext:
@@ -479,6 +499,7 @@ def memory_error_says_why(limit: int) -> None:
 def main() -> None:
     """The worker: each change above, then ipykernel's own launcher with this process's arguments."""
     limit = limit_memory()
+    keep_debugger_out()
     interrupts_land()  # first: ipykernel binds `signal.signal` as it is imported
     memory_error_says_why(limit)
     lossless_iopub()

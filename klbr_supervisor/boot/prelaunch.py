@@ -73,6 +73,11 @@ _OTHER_WORKER = ("Supervisor.worker_kernel", "Supervisor.placement", "Supervisor
 # own worker options say what IPython's history is (`history_args`): no IPython history database.
 # The cell log is the history; In, _ih, %history and %rerun still work in memory.
 NO_IPYTHON_HISTORY = ("--HistoryManager.enabled=False",)
+# What an ipykernel worker klbr starts is given with `Supervisor.debugger` off: its bootstrap takes it
+# off the command line and keeps debugpy out (`bootstrap.keep_debugger_out`, which says the same word:
+# nothing is imported here before the spawn). In traitlets' form, under a section no ipykernel class
+# has, so an ipykernel that is not klbr's bootstrap (a kernelspec's) ignores it.
+NO_DEBUGGER = ("--KlbrWorker.debugger=False",)
 # The traitlets sections of klbr's own classes (and of the classes they derive from), and the names of
 # the app's flags and aliases: what the kernel's command line says to these is klbr's, the rest is
 # the workers' (`klbr_kernel.options`). Written out here because nothing may be imported before the
@@ -120,6 +125,24 @@ def history_args(options: Iterable[str], keep_history: bool = False) -> tuple[st
                 trait == "enabled" or (trait == "hist_file" and text.strip("'\"") != ":memory:")):
             return ()
     return () if keep_history else NO_IPYTHON_HISTORY
+
+
+def debugger_args(debugger: bool) -> tuple[str, ...]:
+    """What klbr adds to an ipykernel worker's command line about its debugger: `NO_DEBUGGER` when
+    `Supervisor.debugger` is off."""
+    return () if debugger else NO_DEBUGGER
+
+
+def debugger_given(argv: list[str]) -> bool | None:
+    """`--Supervisor.debugger` as the command line says it (True when it does not), as traitlets
+    reads a Bool; None when it is said more than once or not as true/false/1/0 (the app's to read
+    and report)."""
+    given = values(argv, "Supervisor.debugger")
+    if not given:
+        return True
+    if len(given) > 1 or given[0].lower() not in ("true", "false", "1", "0"):
+        return None
+    return given[0].lower() in ("true", "1")
 
 
 def host_environ(runtime_dir: str) -> dict[str, str]:
@@ -390,7 +413,8 @@ def start(argv: list[str], client: dict[str, str] | None = None) -> Early | None
     if path is None or any(opt in arg for arg in argv for opt in other) or os.environ.get("KLBR_NO_PRELAUNCH"):
         return None
     options = worker_options(argv)
-    if options is None:
+    debugger = debugger_given(argv)
+    if options is None or debugger is None:
         return None  # options for the worker that only the proxy reads: it starts the first one itself
     try:
         with open(path) as f:
@@ -405,7 +429,8 @@ def start(argv: list[str], client: dict[str, str] | None = None) -> Early | None
         return None  # no usable temp dir here: the supervisor starts the worker itself (tempfile looks further)
     # The proxy's session id from now on (see `klbr_kernel.frontend.standin`), so its worker's headers need no rewrite.
     session_id = new_id()
-    args = [f"--Session.session={session_id}", *history_args(options), *options]  # after -f FILE
+    # After -f FILE, as `SupervisorSettings.worker_args` orders them (`Prelaunched.matches` compares).
+    args = [f"--Session.session={session_id}", *history_args(options), *debugger_args(debugger), *options]
     if spec:
         early = _start_agent(argv, info, runtime, session_id, args, client or {})
         if early is not None:

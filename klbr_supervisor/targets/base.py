@@ -132,6 +132,9 @@ class Given:
     # The host channel's TCP endpoint and CurveZMQ public key, for a worker only TCP may reach
     # (`HostService.tcp`; raises OSError or zmq.ZMQError); none: no TCP channel.
     host_tcp: Callable[[], tuple[str, str]] | None = None
+    # `Supervisor.debugger`: whether a worker klbr starts keeps debugpy (its bootstrap is told by
+    # `worker_args`); the kernelspec a kind builds for it says so in its metadata.
+    debugger: bool = True
 
 
 class Target(ABC):

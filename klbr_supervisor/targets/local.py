@@ -69,7 +69,8 @@ class LocalTarget(ManagedTarget):
         return KernelSpec(
             argv=worker_command("{connection_file}"),
             display_name=f"Python {sys.version_info.major}.{sys.version_info.minor}",
-            language="python", interrupt_mode="signal", resource_dir="", metadata={"debugger": True})
+            language="python", interrupt_mode="signal", resource_dir="",
+            metadata={"debugger": self.given.debugger})
 
     def manager(self) -> WorkerManager:
         """For the prelaunched worker, one that adopts it.

@@ -44,7 +44,7 @@ class PythonTarget(ManagedTarget):
         return KernelSpec(
             argv=[python, "-c", BOOTSTRAP, "-f", "{connection_file}"],  # ipykernel, iopub lossless
             display_name=f"Python ({python})", language="python", interrupt_mode="signal", resource_dir="",
-            metadata={"debugger": True})
+            metadata={"debugger": self.given.debugger})
 
     @classmethod
     async def check(cls, placement: Placement, ssh: SshCommand, engines: Engines = NO_ENGINES) -> None:
