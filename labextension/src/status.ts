@@ -1,6 +1,8 @@
 /**
  * The status bar item of a klbr notebook: generation, placement, recording (or PAUSED) and the
- * worker's memory when the kernel samples it, kept current by the kernel's `state` pushes; a click shows what `%klbr status` shows, with two actions.
+ * worker's memory when the kernel samples it, kept current by the kernel's `state` pushes; a click shows
+ * the status dialog: what a user asks first, in plain words (`summary.ts`), this session's
+ * generations on a line, then what `%klbr status` shows in a collapsed Details; with two actions.
  */
 
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
@@ -13,6 +15,7 @@ import { memoryText } from './logic';
 import { IKernelState } from './messages';
 import { notebookName } from './notebook';
 import { offerLabel } from './plan';
+import { statusTable, userRows, withServingPeak } from './summary';
 
 export function stateText(state: IKernelState): string {
   const recording = state.recording === 'recording' ? 'recording' : state.recording === 'paused' ? 'PAUSED' : 'not recording';
@@ -80,15 +83,35 @@ export async function showStatus(connection: KlbrConnection, tracker: INotebookT
   }
   const body = new Widget({ node: document.createElement('div') });
   body.addClass('klbr-StatusDialog');
+  const rows = userRows(state, Date.now());
+  if (rows.length > 0) {
+    const summary = document.createElement('table');
+    summary.className = 'klbr-StatusSummary';
+    for (const [question, answer] of rows) {
+      const row = summary.insertRow();
+      const head = document.createElement('th');
+      head.textContent = question;
+      row.appendChild(head);
+      row.insertCell().textContent = answer;
+    }
+    body.node.appendChild(summary);
+  }
   // This session's generations on a line (a kernel too old for `generations` leaves it out).
   const answer = await connection.request('generations').catch(() => null);
   if (answer !== null && isGenerations(answer.generations) && typeof answer.now === 'string') {
-    body.node.appendChild(generationsNode(answer.generations, answer.now));
+    body.node.appendChild(generationsNode(withServingPeak(answer.generations, state), answer.now));
   }
+  // The operator's view, as `%klbr status` prints it: collapsed after the plain words, open when a
+  // kernel too old to send them sent only this.
+  const details = document.createElement('details');
+  details.className = 'klbr-StatusDetails';
+  details.open = rows.length === 0;
+  const title = document.createElement('summary');
+  title.textContent = 'Details (as %klbr status shows them: pid, key, signing, encryption, worker, dropped messages)';
   const table = document.createElement('pre');
-  const width = Math.max(...state.status.map(([key]) => key.length));
-  table.textContent = state.status.map(([key, value]) => `${key.padEnd(width)}  ${value}`).join('\n');
-  body.node.appendChild(table);
+  table.textContent = statusTable(state.status);
+  details.append(title, table);
+  body.node.appendChild(details);
   const replay = Dialog.okButton({ label: 'Replay the selected cell', caption: 'Put its recorded outputs back into it' });
   const restart = Dialog.warnButton({ label: 'Restart the generation', caption: 'As %klbr restart: a fresh namespace' });
   const close = Dialog.cancelButton({ label: 'Close' });
