@@ -72,7 +72,19 @@ export class KlbrStatus extends Widget {
   private _watched: KlbrConnection | null = null;
 }
 
-/** What `%klbr status` shows, in a dialog, with its two actions (the status item's click, Notebook 7's toolbar item's). */
+/** Text with its `%klbr` commands as code. */
+function withCode(text: string): Array<string | HTMLElement> {
+  return text.split(/(%klbr [a-z]+(?: LIMIT)?)/).map((part, i) => {
+    if (i % 2 === 0) {
+      return part;
+    }
+    const code = document.createElement('code');
+    code.textContent = part;
+    return code;
+  });
+}
+
+/** The status dialog, with its two actions (the status item's click, Notebook 7's toolbar item's). */
 export async function showStatus(connection: KlbrConnection, tracker: INotebookTracker): Promise<void> {
   if (connection.state === null) {
     return;
@@ -92,7 +104,7 @@ export async function showStatus(connection: KlbrConnection, tracker: INotebookT
       const head = document.createElement('th');
       head.textContent = question;
       row.appendChild(head);
-      row.insertCell().textContent = answer;
+      row.insertCell().append(...withCode(answer));
     }
     body.node.appendChild(summary);
   }

@@ -57,7 +57,7 @@ describe('the status dialog in a user\u2019s words', () => {
       'Deadlines'
     ]);
     const said = answers(state());
-    expect(said['Your code runs']).toMatch(/^on this machine \(vm\), in generation 2, since .+ \(5 min\)$/);
+    expect(said['Your code runs']).toMatch(/^on this machine \(vm\), in generation 2, since .+ \(5 min ago\)$/);
     expect(said['Cells recorded']).toBe(
       'yes, every cell and its outputs, in /home/u/.local/share/klbr/log.sqlite3, session 7'
     );

@@ -30,7 +30,7 @@ function runsWhere(state: IKernelState, facts: IFacts, now: number): string {
   const host = facts.host !== null ? ` (${facts.host})` : '';
   const where = state.placement === 'local' ? `on this machine${host}` : `on ${state.placement}${host}`;
   const started = facts.since !== null ? Date.parse(facts.since) : NaN;
-  const since = Number.isNaN(started) ? '' : `, since ${clock(facts.since ?? '')} (${durationText((now - started) / 1000)})`;
+  const since = Number.isNaN(started) ? '' : `, since ${clock(facts.since ?? '')} (${durationText((now - started) / 1000)} ago)`;
   return `${where}, in generation ${state.generation}${since}`;
 }
 
