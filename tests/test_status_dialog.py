@@ -11,7 +11,7 @@ import re
 import pytest
 from playwright.sync_api import expect
 
-from lab import cell, chromium, notebook, open_notebook, output_text, run_cell, running, screenshot
+from lab import cell, notebook, open_notebook, output_text, run_cell, running, screenshot
 
 pytestmark = pytest.mark.browser
 
@@ -21,24 +21,9 @@ MiB = 1 << 20
 
 @pytest.fixture(scope="module")
 def lab(tmp_path_factory):
+    """The module's JupyterLab (the browser is conftest's)."""
     with running(tmp_path_factory.mktemp("lab")) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def chromium_browser():
-    with chromium() as browser:
-        yield browser
-
-
-@pytest.fixture
-def browser(lab, chromium_browser):
-    """The module's chromium; what a test opened in it is closed after it, and its kernels end."""
-    contexts = len(chromium_browser.contexts)
-    yield chromium_browser
-    for context in chromium_browser.contexts[contexts:]:
-        context.close()
-    lab.shut_down_kernels()
 
 
 def _peak(box) -> int:
