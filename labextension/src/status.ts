@@ -95,23 +95,29 @@ export async function showStatus(connection: KlbrConnection, tracker: INotebookT
   }
   const body = new Widget({ node: document.createElement('div') });
   body.addClass('klbr-StatusDialog');
-  const rows = userRows(state, Date.now());
+  // This session's generations on a line (a kernel too old for `generations` leaves it out); its
+  // `now` is the kernel's clock, which "since when" is counted on (the page's may differ).
+  const answer = await connection.request('generations').catch(() => null);
+  const line =
+    answer !== null && isGenerations(answer.generations) && typeof answer.now === 'string'
+      ? { generations: answer.generations, now: answer.now }
+      : null;
+  const now = line !== null ? Date.parse(line.now) : NaN;
+  const rows = userRows(state, Number.isNaN(now) ? Date.now() : now);
   if (rows.length > 0) {
     const summary = document.createElement('table');
     summary.className = 'klbr-StatusSummary';
-    for (const [question, answer] of rows) {
+    for (const [question, said] of rows) {
       const row = summary.insertRow();
       const head = document.createElement('th');
       head.textContent = question;
       row.appendChild(head);
-      row.insertCell().append(...withCode(answer));
+      row.insertCell().append(...withCode(said));
     }
     body.node.appendChild(summary);
   }
-  // This session's generations on a line (a kernel too old for `generations` leaves it out).
-  const answer = await connection.request('generations').catch(() => null);
-  if (answer !== null && isGenerations(answer.generations) && typeof answer.now === 'string') {
-    body.node.appendChild(generationsNode(withServingPeak(answer.generations, state), answer.now));
+  if (line !== null) {
+    body.node.appendChild(generationsNode(withServingPeak(line.generations, state), line.now));
   }
   // The operator's view, as `%klbr status` prints it: collapsed after the plain words, open when a
   // kernel too old to send them sent only this.
