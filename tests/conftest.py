@@ -1,5 +1,7 @@
-"""The run's one environment, and the fixture `kernel` (the real `klbr` kernelspec, installed by `make
-test`, started through jupyter_client). Tests import their helpers from `utils.py`, never from here."""
+"""The run's one environment, the fixture `kernel` (the real `klbr` kernelspec, installed by `make
+test`, started through jupyter_client), and a browser test module's chromium (`chromium_browser`,
+`browser`; the module gives its own `lab`). Tests import their helpers from `utils.py` and `lab.py`,
+never from here."""
 
 from __future__ import annotations
 
@@ -73,3 +75,21 @@ def other_python() -> Path:
 def kernel():
     with start_kernel() as (km, kc):
         yield km, kc
+
+
+@pytest.fixture(scope="module")
+def chromium_browser():
+    """One headless chromium for a browser test module."""
+    from lab import chromium  # noqa: PLC0415 — Playwright and JupyterLab's helpers take 1.3 s to import: browser modules only
+
+    with chromium() as browser:
+        yield browser
+
+
+@pytest.fixture
+def browser(chromium_browser):
+    """The module's chromium; what a test opened in it is closed after it."""
+    contexts = len(chromium_browser.contexts)
+    yield chromium_browser
+    for context in chromium_browser.contexts[contexts:]:
+        context.close()

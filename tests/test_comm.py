@@ -240,6 +240,30 @@ def test_the_workers_memory_is_in_the_state_and_pushed_when_it_grows(tmp_path):
         assert pushes[-1]["generation"] == 1 and pushes[-1]["memory"]["peak"] >= pushes[-1]["memory"]["rss"]
 
 
+def test_every_generation_has_its_peak_memory_and_hello_says_the_facts_in_data(tmp_path):
+    with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
+        comm = Comm(kc)
+        assert execute(kc, "x = b'1' * (200 << 20)", seen=comm.seen)[0]["content"]["status"] == "ok"
+        (answer,) = comm.request("generations")
+        (serving,) = answer["generations"]
+        # The serving generation's peak is sampled, not left for its end (the dialog showed none).
+        assert serving["ended"] is None and serving["memory_peak"] > 200 << 20 and serving["cells"] == 1
+        (hello,) = comm.request("hello")
+        facts = hello["facts"]
+        assert facts["cell_log"] == str(tmp_path / "log.sqlite3") and facts["cell_log_problem"] is None
+        assert facts["since"].endswith("Z") and facts["host"] and facts["state"] == "ready"
+        assert (facts["restarts"], facts["restart_limit"], facts["restart_window"]) == (0, 5, 300)
+        assert facts["cell_timeout"] is None and facts["interrupt_grace"] > 0 and facts["memory_limit_next"] is None
+        assert execute(kc, "import os; os.kill(os.getpid(), 9)", seen=comm.seen)[0]["content"]["status"] == "error"
+        assert execute(kc, "'after'", seen=comm.seen)[0]["content"]["status"] == "ok"
+        (answer,) = comm.request("generations")
+        first, second = answer["generations"]
+        assert first["end_reason"].startswith("lost: ") and first["memory_peak"] > 200 << 20
+        assert second["ended"] is None and 0 < second["memory_peak"] < 200 << 20
+        (hello,) = comm.request("hello")
+        assert hello["facts"]["restarts"] == 1
+
+
 def test_bad_comm_messages_get_named_errors_and_nothing_else_changes(tmp_path):
     with start_kernel(env={"KLBR_DB": str(tmp_path / "log.sqlite3")}) as (km, kc):
         assert execute(kc, "x = 1")[0]["content"]["execution_count"] == 1

@@ -238,7 +238,7 @@ def test_the_status_item_shows_what_klbr_status_shows_and_its_actions_work(lab, 
     cell(page, 0).locator(".jp-InputPrompt").click()
     item.click()
     dialog = page.locator(".jp-Dialog")
-    expect(dialog.locator(".klbr-StatusDialog")).to_contain_text("cell log", timeout=30_000)
+    expect(dialog.locator(".klbr-StatusSummary")).to_contain_text("Cells recorded", timeout=30_000)
     screenshot(page, "restore-status-dialog.png")
     dialog.get_by_role("button", name="Replay the selected cell").click()
     expect(cell(page, 0).locator(".jp-OutputArea")).to_contain_text("recorded once", timeout=30_000)

@@ -102,6 +102,12 @@ class CellLog:
             return f"PAUSED, cells refused ({store.paused})"
         return f"{store.path} (session {store.session_id})"
 
+    def where(self) -> tuple[str, str | None]:
+        """The log's path, and why it does not record now (None while it records): the status dialog's."""
+        store = self._store
+        problem = store.unavailable if store.unavailable is not None else store.paused
+        return str(store.path), str(problem) if problem is not None else None
+
     # -- reading (on the loop, with the store's read connection) ------------------------------------
 
     def history(self, content: dict[str, Any], notebook: str | None) -> list[HistoryEntry]:

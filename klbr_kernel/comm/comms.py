@@ -25,7 +25,7 @@ from ..cell_log.notices import Notices
 from ..cell_log.recording import CellLog, frontend_cell_id
 from ..frontend.sockets import Frontend
 from ..magics.commands import restarted_text
-from ..magics.status import status_rows
+from ..magics.status import status_facts, status_rows
 from ..requests.queue import ShellQueue
 from ..requests.request import Phase, Request
 from .follow import Followed, Following, OpenComm
@@ -193,7 +193,8 @@ class KlbrComms:
                 self._notices.reached(ids, req.header)
                 self._push(comm, req.header, {"op": "restored", "id": rid})
             elif op == "generations":
-                self._generations(req, comm, rid)
+                self._start(self._generations(req, comm, rid), "a klbr comm's generations request", req)
+                return
         except CommError as e:
             self._error(comm.comm_id, req.header, rid, e)
         self._done(req)
@@ -259,10 +260,20 @@ class KlbrComms:
         self._push(comm, req.header, {"op": "notebook", "id": rid, "notebook": path, "sessions": sessions})
         self.changed()
 
-    def _generations(self, req: Request, comm: OpenComm, rid: str | int) -> None:
-        """This session's generations, for the status dialog's picture."""
-        rows = [dict(row) for row in self._cell_log.generations()] if self._cell_log.recording else []
+    async def _generations(self, req: Request, comm: OpenComm, rid: str | int) -> None:
+        """This session's generations, for the status dialog's picture: read once what was recorded
+        is written (an end just recorded is in it), the serving one's peak as sampled now (the store
+        has an ended one's)."""
+        rows: list[Json] = []
+        if self._cell_log.recording:
+            await self._cell_log.settled()
+            rows = [dict(row) for row in self._cell_log.generations()]
+        current = self._supervisor.current
+        for row in rows:
+            if current is not None and current.memory is not None and row["number"] == current.number:
+                row["memory_peak"] = current.memory.peak or row["memory_peak"]
         self._push(comm, req.header, {"op": "generations", "id": rid, "generations": rows, "now": now()})
+        self._done(req)
 
     async def _plan(self, req: Request, comm: OpenComm, rid: str | int) -> None:
         """What a rebuild would run, and which generation each cell's results belong to."""
@@ -298,6 +309,7 @@ class KlbrComms:
             "notebook": supervisor.notebook,
             "status": [list(row) for row in status_rows(supervisor, cell_log, self._frontend)],
             "memory": dict(generation.memory.status()) if generation is not None and generation.memory else None,
+            "facts": status_facts(supervisor, cell_log),
         }
 
     def _push(self, comm: OpenComm, parent: dict[str, Any], data: Json) -> None:

@@ -1,8 +1,10 @@
 """What `%klbr status` shows (and the klbr comm's `hello` and `state`): the supervisor's, the cell
-log's and the frontend's state as rows, no I/O."""
+log's and the frontend's state as rows, and the same as data for the status dialog's plain words
+(`status_facts`); no I/O."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Any
 
 from klbr_supervisor.memory import MemoryStatus, size_text
@@ -75,3 +77,27 @@ def status_rows(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | 
         ("dropped", frontend.drops.status() if frontend is not None else "-"),
     ]
     return [(k, str(v)) for k, v in rows]
+
+
+def status_facts(supervisor: Supervisor, cell_log: CellLog) -> dict[str, Any]:
+    """What the status dialog says in a user's words, as data (the klbr comm's `facts`,
+    docs/comm-protocol.md): since when the worker serves and on which host, the cell log's path and
+    why it does not record, the restart budget, the deadlines and the next generation's memory limit."""
+    st = supervisor.status()
+    gen = supervisor.current
+    path, problem = cell_log.where()
+    since = datetime.fromtimestamp(gen.started, UTC).isoformat(timespec="milliseconds") if gen else None
+    return {
+        "state": st["state"],
+        "since": since.replace("+00:00", "Z") if since else None,
+        "host": (st["identity"] or {}).get("hostname"),
+        "cell_log": path,
+        "cell_log_problem": problem,
+        "restarts": st["restarts"],
+        "restart_limit": st["restart_limit"],
+        "restart_window": st["restart_window"],
+        "cell_timeout": st["cell_timeout"] or None,
+        "interrupt_grace": st["interrupt_grace"],
+        "memory_limit_next": st["memory_limit"] or None,
+        "memory_limit_applies": st["memory_limits"],
+    }

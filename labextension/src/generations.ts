@@ -31,7 +31,8 @@ export function isGenerations(value: unknown): value is IGeneration[] {
   );
 }
 
-function clock(iso: string): string {
+/** An ISO time as the page's clock shows it (the text itself if it is not one). */
+export function clock(iso: string): string {
   const when = new Date(iso);
   return Number.isNaN(when.getTime()) ? iso : when.toLocaleTimeString();
 }

@@ -18,6 +18,23 @@ export interface IKernelState {
   store_session: number | null;
   status: Array<[string, string]>;
   memory?: IMemory | null; // null (or absent, from an older kernel) until a worker here is sampled
+  facts?: IFacts | null; // absent from an older kernel: the dialog then shows `status` as it is
+}
+
+/** What the status dialog says in a user's words, as data (`klbr_kernel/magics/status.py`'s `status_facts`). */
+export interface IFacts {
+  state: string;
+  since: string | null; // when the serving generation started (ISO), null while none serves
+  host: string | null;
+  cell_log: string;
+  cell_log_problem: string | null; // why it does not record now
+  restarts: number;
+  restart_limit: number;
+  restart_window: number;
+  cell_timeout: number | null;
+  interrupt_grace: number;
+  memory_limit_next: number | null; // what `%klbr memory` or the config set for the next generation
+  memory_limit_applies: boolean | null; // whether the placement applies one (null: no generation)
 }
 
 /** An iopub output of a followed cell, pushed as its worker sent it. */
@@ -73,6 +90,24 @@ function isMemory(value: unknown): value is IMemory {
   return isObject(value) && isNumber(value.rss) && isNumber(value.peak) && isNumberOrNull(value.limit);
 }
 
+export function isFacts(value: unknown): value is IFacts {
+  return (
+    isObject(value) &&
+    isString(value.state) &&
+    isStringOrNull(value.since) &&
+    isStringOrNull(value.host) &&
+    isString(value.cell_log) &&
+    isStringOrNull(value.cell_log_problem) &&
+    isNumber(value.restarts) &&
+    isNumber(value.restart_limit) &&
+    isNumber(value.restart_window) &&
+    isNumberOrNull(value.cell_timeout) &&
+    isNumber(value.interrupt_grace) &&
+    isNumberOrNull(value.memory_limit_next) &&
+    (value.memory_limit_applies === null || typeof value.memory_limit_applies === 'boolean')
+  );
+}
+
 const RECORDING = new Set<unknown>(['recording', 'paused', 'unavailable']);
 
 export function isKernelState(data: unknown): data is IKernelState {
@@ -85,7 +120,8 @@ export function isKernelState(data: unknown): data is IKernelState {
     isString(data.kernel_session) &&
     isNumberOrNull(data.store_session) &&
     isArrayOf(data.status, isStatusRow) &&
-    (data.memory === undefined || data.memory === null || isMemory(data.memory))
+    (data.memory === undefined || data.memory === null || isMemory(data.memory)) &&
+    (data.facts === undefined || data.facts === null || isFacts(data.facts))
   );
 }
 

@@ -1,6 +1,8 @@
 /**
  * The status bar item of a klbr notebook: generation, placement, recording (or PAUSED) and the
- * worker's memory when the kernel samples it, kept current by the kernel's `state` pushes; a click shows what `%klbr status` shows, with two actions.
+ * worker's memory when the kernel samples it, kept current by the kernel's `state` pushes; a click shows
+ * the status dialog: what a user asks first, in plain words (`summary.ts`), this session's
+ * generations on a line, then what `%klbr status` shows in a collapsed Details; with two actions.
  */
 
 import { Dialog, Notification, showDialog } from '@jupyterlab/apputils';
@@ -13,6 +15,7 @@ import { memoryText } from './logic';
 import { IKernelState } from './messages';
 import { notebookName } from './notebook';
 import { offerLabel } from './plan';
+import { statusTable, userRows, withServingPeak } from './summary';
 
 export function stateText(state: IKernelState): string {
   const recording = state.recording === 'recording' ? 'recording' : state.recording === 'paused' ? 'PAUSED' : 'not recording';
@@ -69,7 +72,19 @@ export class KlbrStatus extends Widget {
   private _watched: KlbrConnection | null = null;
 }
 
-/** What `%klbr status` shows, in a dialog, with its two actions (the status item's click, Notebook 7's toolbar item's). */
+/** Text with its `%klbr` commands as code. */
+function withCode(text: string): Array<string | HTMLElement> {
+  return text.split(/(%klbr [a-z]+(?: LIMIT)?)/).map((part, i) => {
+    if (i % 2 === 0) {
+      return part;
+    }
+    const code = document.createElement('code');
+    code.textContent = part;
+    return code;
+  });
+}
+
+/** The status dialog, with its two actions (the status item's click, Notebook 7's toolbar item's). */
 export async function showStatus(connection: KlbrConnection, tracker: INotebookTracker): Promise<void> {
   if (connection.state === null) {
     return;
@@ -80,15 +95,41 @@ export async function showStatus(connection: KlbrConnection, tracker: INotebookT
   }
   const body = new Widget({ node: document.createElement('div') });
   body.addClass('klbr-StatusDialog');
-  // This session's generations on a line (a kernel too old for `generations` leaves it out).
+  // This session's generations on a line (a kernel too old for `generations` leaves it out); its
+  // `now` is the kernel's clock, which "since when" is counted on (the page's may differ).
   const answer = await connection.request('generations').catch(() => null);
-  if (answer !== null && isGenerations(answer.generations) && typeof answer.now === 'string') {
-    body.node.appendChild(generationsNode(answer.generations, answer.now));
+  const line =
+    answer !== null && isGenerations(answer.generations) && typeof answer.now === 'string'
+      ? { generations: answer.generations, now: answer.now }
+      : null;
+  const now = line !== null ? Date.parse(line.now) : NaN;
+  const rows = userRows(state, Number.isNaN(now) ? Date.now() : now);
+  if (rows.length > 0) {
+    const summary = document.createElement('table');
+    summary.className = 'klbr-StatusSummary';
+    for (const [question, said] of rows) {
+      const row = summary.insertRow();
+      const head = document.createElement('th');
+      head.textContent = question;
+      row.appendChild(head);
+      row.insertCell().append(...withCode(said));
+    }
+    body.node.appendChild(summary);
   }
+  if (line !== null) {
+    body.node.appendChild(generationsNode(withServingPeak(line.generations, state), line.now));
+  }
+  // The operator's view, as `%klbr status` prints it: collapsed after the plain words, open when a
+  // kernel too old to send them sent only this.
+  const details = document.createElement('details');
+  details.className = 'klbr-StatusDetails';
+  details.open = rows.length === 0;
+  const title = document.createElement('summary');
+  title.textContent = 'Details (as %klbr status shows them: pid, key, signing, encryption, worker, dropped messages)';
   const table = document.createElement('pre');
-  const width = Math.max(...state.status.map(([key]) => key.length));
-  table.textContent = state.status.map(([key, value]) => `${key.padEnd(width)}  ${value}`).join('\n');
-  body.node.appendChild(table);
+  table.textContent = statusTable(state.status);
+  details.append(title, table);
+  body.node.appendChild(details);
   const replay = Dialog.okButton({ label: 'Replay the selected cell', caption: 'Put its recorded outputs back into it' });
   const restart = Dialog.warnButton({ label: 'Restart the generation', caption: 'As %klbr restart: a fresh namespace' });
   const close = Dialog.cancelButton({ label: 'Close' });
