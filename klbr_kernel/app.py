@@ -22,6 +22,7 @@ from jupyter_core.application import JupyterApp, base_aliases
 from traitlets import Any, Bunch, Int, TraitError, Unicode, default, validate
 
 from klbr_supervisor.boot import prelaunch
+from klbr_supervisor.boot.early import Early
 from klbr_supervisor.host import HostService
 from klbr_supervisor.store import Store
 from klbr_supervisor.supervisor import Supervisor
@@ -185,7 +186,7 @@ class KlbrKernelApp(JupyterApp):
 DATE_FORMAT = "%Y-%m-%d %H:%M:%S"
 
 
-def main(first_worker: prelaunch.Early | None = None) -> None:
+def main(first_worker: Early | None = None) -> None:
     """`first_worker`: what `boot.prelaunch.start` started, if anything."""
     logging.basicConfig(level=logging.WARNING, format="[klbr %(levelname)s %(name)s] %(message)s")
     KlbrKernelApp.launch_instance(first_worker=first_worker)

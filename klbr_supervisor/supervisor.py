@@ -21,8 +21,9 @@ from typing import Any
 import zmq
 from jupyter_client.session import Session
 
+from .boot.early import Early
 from .boot.placement import Placement, PlacementError, parse
-from .boot.prelaunch import Early, host_endpoint, host_environ
+from .boot.prelaunch import host_endpoint, host_environ
 from .boot.reaper import Reaper
 from .cell_watch import CellWatch
 from .generation import Generation

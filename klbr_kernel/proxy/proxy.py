@@ -66,7 +66,7 @@ from .rebuilt import RebuiltCells
 from .stdin import StdinRelay
 
 if TYPE_CHECKING:
-    from klbr_supervisor.boot.prelaunch import Early
+    from klbr_supervisor.boot.early import Early
 
 log = logging.getLogger(__name__)
 

@@ -63,7 +63,7 @@ from . import client
 if TYPE_CHECKING:
     import zmq
 
-    from ..boot.prelaunch import Early
+    from ..boot.early import Early
     from ..boot.reaper import Reaper
 
 OnExit = Callable[[int | None], None]

@@ -30,8 +30,8 @@ import subprocess
 from typing import Unpack
 
 from ..boot.docker_launch import Launch
+from ..boot.early import EarlyDocker
 from ..boot.placement import Placement, PlacementError
-from ..boot.prelaunch import EarlyDocker
 from .agent import LaunchedTarget
 from .base import NO_ENGINES, CommonArgs, Engines, SshCommand
 from .process import WorkerProcess

@@ -18,8 +18,9 @@ from jupyter_client.kernelspec import KernelSpec
 from jupyter_client.provisioning.local_provisioner import LocalProvisioner
 from jupyter_client.provisioning.provisioner_base import KernelProvisionerBase
 
+from ..boot.early import Prelaunched
 from ..boot.placement import Placement
-from ..boot.prelaunch import Prelaunched, worker_command
+from ..boot.prelaunch import worker_command
 from .base import CommonArgs
 from .managed import ManagedTarget, WorkerManager, installed_spec
 

@@ -14,7 +14,7 @@ generation's fresh key: nothing secret in any argv. `SshTarget` is the generatio
 `AgentTarget`: the agent's ``exited`` is a worker's exit (WorkerLost, a new generation on the same
 host); ssh ending with none reported (255: the connection), or the lease or heartbeat silent, is a
 lost link. Generation 1's ssh
-may have been started before the proxy's imports (`boot.prelaunch.EarlySsh`): this target adopts it.
+may have been started before the proxy's imports (`boot.early.EarlySsh`): this target adopts it.
 """
 
 from __future__ import annotations
@@ -26,8 +26,8 @@ import subprocess
 from typing import Unpack
 
 from ..boot.agent_launch import CHANNELS
+from ..boot.early import EarlySsh
 from ..boot.placement import Placement, PlacementError
-from ..boot.prelaunch import EarlySsh
 from ..boot.ssh_launch import Launch, base_command, remote
 from ..exits import describe_exit
 from .agent import LaunchedTarget
