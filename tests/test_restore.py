@@ -14,7 +14,6 @@ from playwright.sync_api import expect
 from lab import (
     Lab,
     cell,
-    chromium,
     idle,
     kernel_shown,
     notebook,
@@ -44,19 +43,10 @@ def lab(tmp_path_factory):
         server.close()
 
 
-@pytest.fixture(scope="module")
-def chromium_browser():
-    with chromium() as browser:
-        yield browser
-
-
 @pytest.fixture
-def browser(lab, chromium_browser):
-    """The module's chromium; what a test opened in it is closed after it, and its kernels end."""
-    contexts = len(chromium_browser.contexts)
-    yield chromium_browser
-    for context in chromium_browser.contexts[contexts:]:
-        context.close()
+def browser(lab, browser):
+    """The module's chromium (conftest's), and the kernels a test started end after it."""
+    yield browser
     lab.shut_down_kernels()
 
 

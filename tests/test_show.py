@@ -15,7 +15,6 @@ from playwright.sync_api import expect
 
 from lab import (
     cell,
-    chromium,
     kernel_shown,
     notebook,
     open_notebook,
@@ -41,21 +40,6 @@ def lab(tmp_path_factory):
     config = "c.Supervisor.interrupt_grace = 1.0\nc.Supervisor.restart_limit = 2\n"
     with running(tmp_path_factory.mktemp("lab"), config=config) as server:
         yield server
-
-
-@pytest.fixture(scope="module")
-def chromium_browser():
-    with chromium() as browser:
-        yield browser
-
-
-@pytest.fixture
-def browser(chromium_browser):
-    """The module's chromium; what a test opened in it is closed after it."""
-    contexts = len(chromium_browser.contexts)
-    yield chromium_browser
-    for context in chromium_browser.contexts[contexts:]:
-        context.close()
 
 
 def _sessions(db) -> list[str]:
