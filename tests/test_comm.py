@@ -14,6 +14,10 @@ import uuid
 import nbformat
 from jupyter_client.session import Session
 
+from klbr_kernel.proxy.brackets import Brackets
+from klbr_kernel.requests.queue import ShellQueue
+from klbr_kernel.requests.request import Request
+from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.store.queries import connect, export_notebook
 from klbr_supervisor.store.schema import MIGRATIONS, migrate
 from utils import drain, execute, start_kernel
@@ -383,3 +387,40 @@ def test_a_page_that_connects_while_a_cell_runs_sees_the_kernel_busy_until_the_c
         info = send(kc, "kernel_info_request", {})
         after = run_cell(kc, "1", "cell-2")
         assert _statuses(kc, after) == [(info, "busy"), (info, "idle"), (after, "busy"), (after, "idle")]
+
+
+class _Statuses:
+    """Where `Brackets` sends statuses: kept as (the parent's msg_id or None, the state)."""
+
+    def __init__(self):
+        self.outbox = None
+        self.sent: list[tuple[str | None, str]] = []
+
+    def status(self, state: str, parent: dict) -> None:
+        self.sent.append((parent.get("msg_id"), state))
+
+
+def test_only_a_cell_in_flight_makes_the_kernel_busy_again_after_an_answer():
+    """The status with no parent follows an answer only while a cell is in flight: JupyterLab and
+    jupyter_server pass over the idle of a comm_info_request (their `untracked_message_types`), so a
+    busy after an answer given while one ran was the last status they read, for good (a Notebook 7
+    page that opened showed the kernel busy with nothing running)."""
+    def request(msg_type: str, msg_id: str) -> Request:
+        return Request("shell", Wire([], [], {"msg_type": msg_type, "msg_id": msg_id}, {}), {"code": "1"})
+
+    for in_flight, after in (("execute_request", [("own", "idle"), (None, "busy")]), ("comm_info_request", [("own", "idle")])):
+        frontend, queue = _Statuses(), ShellQueue()
+        brackets = Brackets(frontend, Session(), None, queue)
+        running = request(in_flight, "running")
+        queue.push(running)
+        assert queue.take() is running
+        brackets.busy(running)
+        own = request("comm_msg", "own")
+        brackets.busy(own)
+        frontend.sent.clear()
+        brackets.idle(own)
+        assert frontend.sent == after, in_flight
+        brackets.idle(running)
+        assert frontend.sent[-1] == ("running", "idle")
+        brackets.idle(request("kernel_info_request", "later"))  # the cell's idle is out: nothing follows
+        assert frontend.sent[-1] == ("later", "idle")

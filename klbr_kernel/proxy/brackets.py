@@ -7,7 +7,9 @@ wrote it) and whether its reply found its frontend gone.
 
 A frontend shows the kernel's state as the last status it had: an idle for a request answered
 while the cell in flight still runs is followed by a `busy` with no parent, so the kernel does not
-look idle until that cell's own idle (semantics 1; decision 69)."""
+look idle until that cell's own idle (semantics 1; decision 69). Only a cell's: JupyterLab and
+jupyter_server pass over the statuses of other requests (comm_info, kernel_info: their
+`untracked_message_types`), so the idle of one of those in flight would not undo the busy."""
 
 from __future__ import annotations
 
@@ -52,10 +54,11 @@ class Brackets:
         self._idled(req)
 
     def _idled(self, req: Request) -> None:
-        """`req`'s idle is out: if the request in flight still runs, the kernel is busy again."""
+        """`req`'s idle is out: if the cell in flight still runs, the kernel is busy again."""
         req.idle_sent = True
         running = self._queue.inflight
-        if running is not None and running is not req and running.busy_sent and not running.idle_sent:
+        if (running is not None and running is not req and running.msg_type == "execute_request"
+                and running.busy_sent and not running.idle_sent):
             self.frontend.status("busy", {})
 
     def _dropped_notice(self, req: Request) -> None:
