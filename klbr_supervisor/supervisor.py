@@ -15,6 +15,7 @@ import asyncio
 import itertools
 import shutil
 import tempfile
+import time
 from collections.abc import Callable, Coroutine, Mapping
 from typing import Any
 
@@ -359,6 +360,8 @@ class Supervisor(SupervisorSettings):
             self.listener.worker_message(gen, channel, wire)
 
     def _record_start(self, gen: Generation) -> None:
+        """`gen` serves from now on (a spare: it took over): noted on it, and in the store."""
+        gen.serving_since = time.time()
         info = gen.kernel_info.get("language_info", {})
         identity = {**gen.identity(), "kernel": gen.kernel_name, "language": info.get("name")}
         self.store.generation_started(gen.number, gen.placement.spec, identity, gen.pid)

@@ -9,7 +9,9 @@ import os
 import sqlite3
 import subprocess
 import sys
+import time
 import uuid
+from datetime import datetime
 
 import nbformat
 from jupyter_client.session import Session
@@ -20,7 +22,7 @@ from klbr_kernel.requests.request import Request
 from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.store.queries import connect, export_notebook
 from klbr_supervisor.store.schema import MIGRATIONS, migrate
-from utils import drain, execute, start_kernel
+from utils import drain, execute, standby, start_kernel, until
 
 HALTING = ("import os, time\nfor i in range({n}):\n    if i == {n} // 2:\n        while not os.path.exists({go!r}):\n"
            "            time.sleep(0.01)\n    print(f'line {{i}}', flush=True)")
@@ -258,6 +260,8 @@ def test_every_generation_has_its_peak_memory_and_hello_says_the_facts_in_data(t
         assert facts["since"].endswith("Z") and facts["host"] and facts["state"] == "ready"
         assert (facts["restarts"], facts["restart_limit"], facts["restart_window"]) == (0, 5, 300)
         assert facts["cell_timeout"] is None and facts["interrupt_grace"] > 0 and facts["memory_limit_next"] is None
+        until(lambda: standby(kc, comm.seen) == "ready", 60, "the spare is ready")  # launched before the kill
+        killed = time.time()
         assert execute(kc, "import os; os.kill(os.getpid(), 9)", seen=comm.seen)[0]["content"]["status"] == "error"
         assert execute(kc, "'after'", seen=comm.seen)[0]["content"]["status"] == "ok"
         (answer,) = comm.request("generations")
@@ -266,6 +270,9 @@ def test_every_generation_has_its_peak_memory_and_hello_says_the_facts_in_data(t
         assert second["ended"] is None and 0 < second["memory_peak"] < 200 << 20
         (hello,) = comm.request("hello")
         assert hello["facts"]["restarts"] == 1
+        # The spare, started long before, serves since it took over: "since" is then, not its launch.
+        since = datetime.fromisoformat(hello["facts"]["since"].replace("Z", "+00:00")).timestamp()
+        assert since >= killed, (hello["facts"]["since"], killed)
 
 
 def test_bad_comm_messages_get_named_errors_and_nothing_else_changes(tmp_path):

@@ -86,3 +86,19 @@ def test_the_first_kernel_info_as_the_kernel_starts_says_no_debugger():
     finally:
         kc.stop_channels()
         km.shutdown_kernel()
+
+
+def test_off_says_no_debugger_only_for_workers_klbr_starts():
+    """ipykernel 6.x says nothing of its debugger: with the option off, a worker klbr started has
+    none (it kept debugpy out); a `kernelspec:` or a provisioner's worker, which klbr does not start,
+    keeps its own, and kernel_info and `%klbr status` say so."""
+    from klbr_kernel.frontend import kernel_info  # noqa: PLC0415 — the module's setting is changed and put back
+
+    six = {"status": "ok", "implementation": "ipython", "language_info": {"name": "python"}}  # as 6.29 answers
+    kernel_info.configure(False)
+    try:
+        assert kernel_info.kernel_info_content(six, 1, "local")["debugger"] is False
+        assert kernel_info.kernel_info_content(six, 1, "kernelspec:py", klbr_started=False)["debugger"] is True
+    finally:
+        kernel_info.configure(True)
+    assert kernel_info.kernel_info_content(six, 1, "local")["debugger"] is True

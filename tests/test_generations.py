@@ -238,13 +238,13 @@ def test_the_crash_loop_budget_stops_respawning_until_restart():
             if i < 2:
                 assert evalue.endswith("the next cell runs in a new generation."), evalue
             else:  # the last death the budget allows promises no new generation
-                assert "new generation." not in evalue and "klbr starts no new generation now: it started 2 for lost " \
-                    "workers within 300 s" in evalue and evalue.endswith("then run `%klbr restart`."), evalue
+                assert "new generation." not in evalue and "klbr starts no new generation now: it started 2 new " \
+                    "generations for workers that ended within 300 s" in evalue and evalue.endswith("then run `%klbr restart`."), evalue
         reply, outputs = execute(kc, "1 + 1")
         assert reply["content"]["ename"] == "CrashLoop"
         user, detail = said(reply["content"]["evalue"])
-        assert user == ("Nothing ran: the worker was lost 2 times within 300 s, so klbr stopped starting new ones "
-                        "rather than loop. Fix the cause, then run `%klbr restart` to start a fresh generation."), user
+        assert user == ("Nothing ran: klbr started 2 new generations for workers that ended within 300 s, and then "
+                        "stopped rather than loop. Fix the cause, then run `%klbr restart` to start a fresh generation."), user
         assert "Supervisor.restart_limit" in detail
         _, outputs = execute(kc, "%klbr status")
         assert "crash loop" in stream_text(outputs)

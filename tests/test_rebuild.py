@@ -227,6 +227,9 @@ def test_the_poison_rule_holds_for_rebuilt_cells(tmp_path):
         lose_the_worker(kc)
         content, text = rebuild(kc, "--generation 1")
         assert progress(text) == [("[1/2]", "In[1]", "lost")] and "WorkerLost" in content["evalue"], text
+        # What it was building went with its generation: the text says so, and how to start over.
+        assert "The namespace it was building is gone with its generation: `%klbr rebuild --generation 1` runs " \
+            "the whole plan again" in content["evalue"] and "The namespace has what" not in content["evalue"], content
         # The same code killed its worker (poison_after times in a row): a rebuild does not run it again.
         content, text = rebuild(kc, "--generation 1")
         assert "stopped at [1/2] In[1] (not run): PoisonedCell" in content["evalue"], content

@@ -208,14 +208,16 @@ def test_a_death_between_cells_and_the_crash_loop_say_why_in_the_cell(lab, brows
     expect(cell(page, 3).locator(".jp-OutputArea")).to_contain_text("WorkerLost", timeout=60_000)
     text = output_text(page, 3)
     assert ("Cell [4] did not finish: its worker process died. Its namespace is gone and nothing was re-run; klbr "
-            "starts no new generation now: it started 2 for lost workers within 300 s (Supervisor.restart_limit), "
+            "starts no new generation now: it started 2 new generations for workers that ended within 300 s "
+            "(Supervisor.restart_limit), "
             "and stops rather than loop. Fix the cause, then run `%klbr restart`.") in text, text
     assert "new generation." not in text and "Generation 3 (pid " in text, text
+    assert "after `%klbr restart`, `%klbr rebuild` runs them again" in text, text  # a rebuild now is refused
     # The page says so too, naming the notebook, and offers no rebuild (one would be refused).
     panel = page.locator(".jp-NotebookPanel:visible")
     expect(panel).to_have_attribute("data-klbr-generation-notice", re.compile(
         r"^klbr, ends\.ipynb: generation 3 ended \(lost: exited with status 1\), and no new generation starts "
-        r"\(CrashLoop\): the worker was lost 2 times"), timeout=30_000)
+        r"\(CrashLoop\): klbr started 2 new generations for workers that ended within 300 s"), timeout=30_000)
     expect(item).to_have_text(re.compile(r"^klbr: no generation · local · recording$"), timeout=30_000)
     toast = page.locator(".Toastify__toast").filter(has_text="ends.ipynb: generation 3 ended")
     expect(toast).to_be_in_viewport(ratio=1, timeout=30_000)  # slid in, for the screenshot
@@ -225,8 +227,8 @@ def test_a_death_between_cells_and_the_crash_loop_say_why_in_the_cell(lab, brows
     run_cell(page, 4)
     expect(cell(page, 4).locator(".jp-OutputArea")).to_contain_text("CrashLoop", timeout=60_000)
     text = output_text(page, 4)
-    assert ("Nothing ran: the worker was lost 2 times within 300 s, so klbr stopped starting new ones rather than "
-            "loop. Fix the cause, then run `%klbr restart` to start a fresh generation.") in text, text
+    assert ("Nothing ran: klbr started 2 new generations for workers that ended within 300 s, and then stopped "
+            "rather than loop. Fix the cause, then run `%klbr restart` to start a fresh generation.") in text, text
     assert "Supervisor.restart_limit" in text
     _to_top(page, 4)
     screenshot(page, "show-crash-loop-refused.png")

@@ -44,13 +44,14 @@ def configure(debugger: bool) -> None:
     _debugger_wanted = debugger
 
 
-def has_debugger(worker_info: dict[str, Any]) -> bool:
+def has_debugger(worker_info: dict[str, Any], klbr_started: bool = True) -> bool:
     """Whether the worker that answered `worker_info` has ipykernel's debugger: ipykernel 7 lists it
     in `supported_features`; 6.x says nothing, and requires debugpy, so it has one unless klbr kept
-    it out (`Supervisor.debugger`)."""
+    it out (`Supervisor.debugger`), which it does only in a worker it starts (`klbr_started`: not a
+    `kernelspec:` or a provisioner's)."""
     if "supported_features" in worker_info or "debugger" in worker_info:
         return "debugger" in worker_info.get("supported_features", ()) or bool(worker_info.get("debugger"))
-    return _debugger_wanted
+    return _debugger_wanted or not klbr_started
 
 
 def debugger_shown(wanted: bool, gen: Generation | None) -> str:
@@ -58,18 +59,19 @@ def debugger_shown(wanted: bool, gen: Generation | None) -> str:
     off = "off (Supervisor.debugger=False)"
     if gen is None or not gen.kernel_info:
         return "on" if wanted else off
-    if has_debugger(gen.kernel_info):
+    if has_debugger(gen.kernel_info, gen.target.takes_klbr_options):
         return "on" if wanted else "on: its worker is not one klbr starts (Supervisor.debugger=False)"
     return off if not wanted else "none: no debugpy where its worker runs"
 
 
-def kernel_info_content(worker_info: dict[str, Any] | None, generation: int | None, placement: str
-                        ) -> dict[str, Any]:
-    """`worker_info` is the worker's own kernel_info reply content, once it has given one."""
+def kernel_info_content(worker_info: dict[str, Any] | None, generation: int | None, placement: str,
+                        klbr_started: bool = True) -> dict[str, Any]:
+    """`worker_info` is the worker's own kernel_info reply content, once it has given one;
+    `klbr_started`: whether klbr started that worker itself (see `has_debugger`)."""
     worker_info = worker_info or {}
     language_info = worker_info.get("language_info") or _OWN_LANGUAGE_INFO
     if worker_info:
-        debugger = has_debugger(worker_info)
+        debugger = has_debugger(worker_info, klbr_started)
     else:
         debugger = _debugger_wanted and importlib.util.find_spec("debugpy") is not None
     where = f"generation {generation}" if generation else "first generation starting"

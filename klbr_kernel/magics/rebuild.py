@@ -21,10 +21,13 @@ from klbr_supervisor.supervisor import Supervisor
 
 from ..cell_log.recording import CellLog
 from ..cell_log.replay import Show
-from ..requests.outcomes import CellError, rebuild_failed, refusal_error
+from ..requests.outcomes import NAMESPACE_GONE, CellError, rebuild_failed, refusal_error
 from ..requests.request import Phase, Request
 from .parse import RebuildSpec
 from .plan import ERRORS, Plan, PlanCell, duration, plan_text, rebuild_plan
+
+# Refusals that mean no generation serves (a crash loop, a lost link): what was rebuilt went with the last one.
+_NO_GENERATION = frozenset({"CrashLoop", "PlacementLost"})
 
 
 @dataclass(frozen=True)
@@ -147,10 +150,15 @@ class Rebuild:
         rebuilt = ", ".join(c.label for c in done) or "none"
         not_rebuilt = ", ".join(c.label for c in left)
         ran = f" (rebuilt as cell {record_id})" if record_id is not None else " (not run)"
+        if why.ename in NAMESPACE_GONE or why.ename in _NO_GENERATION:
+            kept = (f"The namespace it was building is gone with its generation: `%klbr rebuild --generation "
+                    f"{plan.generation}` runs the whole plan again in the next one"
+                    f"{' (after `%klbr restart`)' if why.ename == 'CrashLoop' else ''}.")
+        else:
+            kept = ("The namespace has what the rebuilt cells made; fix the cause and run the rest yourself, or "
+                    f"`%klbr restart` and `%klbr rebuild --generation {plan.generation}` to start over.")
         text = (f"The rebuild of generation {plan.generation} stopped at {position} {cell.label}{ran}: "
-                f"{why.ename}. Rebuilt: {rebuilt}. Not rebuilt: {not_rebuilt}. "
-                "The namespace has what the rebuilt cells made; fix the cause and run the rest yourself, or "
-                f"`%klbr restart` and `%klbr rebuild --generation {plan.generation}` to start over.")
+                f"{why.ename}. Rebuilt: {rebuilt}. Not rebuilt: {not_rebuilt}. {kept}")
         raise RebuildStopped(rebuild_failed(text, f"{why.ename}: {why.evalue}"))
 
     def _print(self, req: Request, text: str) -> None:

@@ -86,7 +86,8 @@ def status_facts(supervisor: Supervisor, cell_log: CellLog) -> dict[str, Any]:
     st = supervisor.status()
     gen = supervisor.current
     path, problem = cell_log.where()
-    since = datetime.fromtimestamp(gen.started, UTC).isoformat(timespec="milliseconds") if gen else None
+    began = (gen.serving_since or gen.started) if gen else None  # a spare serves from its takeover
+    since = datetime.fromtimestamp(began, UTC).isoformat(timespec="milliseconds") if began else None
     return {
         "state": st["state"],
         "since": since.replace("+00:00", "Z") if since else None,

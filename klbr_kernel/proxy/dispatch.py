@@ -144,7 +144,7 @@ class Dispatch:
         if req.msg_type == "kernel_info_request":
             gen = self._current.generation
             content = kernel_info_content(gen.kernel_info if gen else None, gen.number if gen else None,
-                                          self._supervisor.where.spec)
+                                          self._supervisor.where.spec, gen.target.takes_klbr_options if gen else True)
             req.move(Phase.ANSWERED)
             self._brackets.own(req, content)
             req.move(Phase.DONE)

@@ -108,7 +108,7 @@ class Endings:
         debugging = current.state is LinkState.DEBUGGING
         waiting = current.ended(f"generation {generation.number} ended: {ending.reason.value}")
         inflight = self._queue.inflight
-        rebuilding = self._rebuilt.ended(generation, ending)  # a cell `%klbr rebuild` ran again on it
+        rebuilding = self._rebuilt.ended(generation, ending, refusal)  # a cell `%klbr rebuild` ran again on it
         if ending.reason is EndReason.SHUTDOWN:
             for req in waiting.values():
                 guard(req, self._own.abort, req)
@@ -177,8 +177,8 @@ class Endings:
             return with_rebuild_line(timeout_error(
                 req.count or last + 1, deadline.seconds if deadline is not None else None, killed=True,
                 generation=generation.number, pid=generation.pid, how=ending.how,
-                refusal=self._refusal))
+                refusal=self._refusal), self._refusal)
         count = req.count if req.count is not None else last + 1
         cell = f"cell [{count}]" if req.msg_type == "execute_request" and req.counts else "this request"
         return with_rebuild_line(ending_error(ending, generation=generation.number, pid=generation.pid, cell=cell,
-                                              grace=self._interrupt_grace, refusal=self._refusal))
+                                              grace=self._interrupt_grace, refusal=self._refusal), self._refusal)

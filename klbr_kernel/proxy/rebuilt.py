@@ -22,6 +22,7 @@ from jupyter_client.session import Session
 
 from klbr_supervisor.generation import Generation
 from klbr_supervisor.messages.wire import Wire
+from klbr_supervisor.policy import Refusal
 from klbr_supervisor.running import RunningCell
 from klbr_supervisor.states import Ending, EndReason
 from klbr_supervisor.store import CellRecord, StoreError
@@ -186,9 +187,10 @@ class RebuiltCells:
         if cell.reply is not None and cell.idle:
             cell.finished.set()
 
-    def ended(self, generation: Generation, ending: Ending) -> bool:
+    def ended(self, generation: Generation, ending: Ending, refusal: Refusal | None = None) -> bool:
         """`generation` ended (`Endings`, while the supervisor hands over: nothing here calls it
-        back): True when a rebuilt cell ran on it, which ends with the error that says how."""
+        back): True when a rebuilt cell ran on it, which ends with the error that says how (and, with
+        `refusal`, that no new generation starts: a crash loop)."""
         cell = self.cell
         if cell is None or cell.generation is not generation:
             return False
@@ -199,10 +201,11 @@ class RebuiltCells:
             running = cell.running
             deadline = running.deadline if running is not None else None
             cell.ended = timeout_error(None, deadline.seconds if deadline else None, killed=True,
-                                       generation=generation.number, pid=generation.pid, how=ending.how)
+                                       generation=generation.number, pid=generation.pid, how=ending.how,
+                                       refusal=refusal)
         else:
             cell.ended = ending_error(ending, generation=generation.number, pid=generation.pid,
-                                      cell=f"the rebuilt {cell.label}")
+                                      cell=f"the rebuilt {cell.label}", refusal=refusal)
         cell.answered.set()
         cell.finished.set()
         return True

@@ -88,10 +88,14 @@ def next_generation(refusal: Refusal | None) -> str:
     """What follows a worker's end, for the cell that was running: a new generation, unless the
     supervisor starts none now (the crash-loop limit reached with this death)."""
     if refusal is not None and refusal.reason == "crash_loop":
-        return (f"klbr starts no new generation now: it started {refusal.count} for lost workers within "
-                f"{refusal.window:.0f} s (Supervisor.restart_limit), and stops rather than loop. Fix the cause, "
-                "then run `%klbr restart`.")
+        return (f"klbr starts no new generation now: it started {_generations(refusal.count)} for workers that "
+                f"ended within {refusal.window:.0f} s (Supervisor.restart_limit), and stops rather than loop. Fix "
+                "the cause, then run `%klbr restart`.")
     return "the next cell runs in a new generation."
+
+
+def _generations(count: int) -> str:
+    return "1 new generation" if count == 1 else f"{count} new generations"
 
 
 # What a generation's end (other than a failed start or a lost link) did to the cell, by its reason.
@@ -150,9 +154,9 @@ def refusal_error(refusal: Refusal) -> CellError:
     if refusal.reason == "crash_loop":
         return CellError(
             "CrashLoop",
-            f"Nothing ran: the worker was lost {_times(refusal.count)} within {refusal.window:.0f} s, so klbr "
-            "stopped starting new ones rather than loop. Fix the cause, then run `%klbr restart` to start a fresh "
-            f"generation.\n{refusal.count} automatic new generations within {refusal.window:.0f} s reached "
+            f"Nothing ran: klbr started {_generations(refusal.count)} for workers that ended within "
+            f"{refusal.window:.0f} s, and then stopped rather than loop. Fix the cause, then run `%klbr restart` to "
+            f"start a fresh generation.\n{refusal.count} automatic new generations within {refusal.window:.0f} s reached "
             "Supervisor.restart_limit (counted over Supervisor.restart_window).",
             status="refused",
         )
@@ -194,13 +198,20 @@ REBUILD_LINE = ("The cells that built it, in the order they ran: `%klbr rebuild 
 NAMESPACE_GONE = frozenset({"WorkerLost", "WorkerKilled", "CellTimeout"})
 
 
-def with_rebuild_line(error: CellError) -> CellError:
+# The same, when klbr starts no generation until `%klbr restart` (a crash loop): a rebuild now is refused.
+REBUILD_AFTER_RESTART = ("The cells that built it, in the order they ran: `%klbr rebuild --plan` shows them; after "
+                         "`%klbr restart`, `%klbr rebuild` runs them again.")
+
+
+def with_rebuild_line(error: CellError, refusal: Refusal | None = None) -> CellError:
     """`error`, a generation's end (`ending_error`, a killing `timeout_error`), with `REBUILD_LINE`
-    after its user's words (its first line), before the operator's detail, when it took the namespace."""
+    after its user's words (its first line), before the operator's detail, when it took the namespace;
+    `refusal`: what cells are refused with from now on (a crash loop: the rebuild waits for a restart)."""
     if error.ename not in NAMESPACE_GONE:
         return error
     user, _, detail = error.evalue.partition("\n")
-    return CellError(error.ename, "\n".join(part for part in (user, REBUILD_LINE, detail) if part), error.status)
+    line = REBUILD_AFTER_RESTART if refusal is not None and refusal.reason == "crash_loop" else REBUILD_LINE
+    return CellError(error.ename, "\n".join(part for part in (user, line, detail) if part), error.status)
 
 
 def idle_loss_notice(generation: int, pid: int | None, how: str) -> str:

@@ -64,6 +64,7 @@ class Generation:
         self.ending: Ending | None = None
         self._closing: Closing | None = None  # from ENDING on
         self.started = time.time()
+        self.serving_since: float | None = None  # the supervisor's: when it began to serve (a spare: at takeover)
         self._proxy_session = session.session  # what its worker is started with, key shared or not
         self._session = target.session
         self._worker_args = worker_args

@@ -90,9 +90,19 @@ describe('the status dialog in a user\u2019s words', () => {
     const said = answers(state());
     expect(said['If the worker dies']).toMatch(/^the next cell runs in a new generation: variables and imports are lost/);
     expect(said['If the worker dies']).toContain('1 of 5 automatic restarts used in the last 5 min');
-    expect(said.Deadlines).toBe('a cell may run as long as it needs; an interrupt (\u25a0) the code ignores for 3 s ends its worker too.');
+    expect(said.Deadlines).toBe(
+      'a cell may run as long as it needs; a cell that ignores an interrupt (\u25a0) for 3 s has its worker ended, and the namespace with it.'
+    );
     const timed = answers(state({ facts: facts({ cell_timeout: 3600, interrupt_grace: 10 }) }));
-    expect(timed.Deadlines).toMatch(/^a cell still running after 60 min ends its worker; .* for 10 s /);
+    expect(timed.Deadlines).toMatch(/^a cell still running after 60 min is interrupted, its namespace kept; .* for 10 s /);
+  });
+
+  it('in a crash loop or with the link lost, promises no new generation', () => {
+    const loop = answers(state({ generation: null, facts: facts({ state: 'stopped: crash loop', restarts: 5 }) }));
+    expect(loop['If the worker dies']).toMatch(/^no new generation starts: klbr started 5 for workers that ended in the last 5 min/);
+    expect(loop['If the worker dies']).toContain('then %klbr restart');
+    const lost = answers(state({ generation: null, facts: facts({ state: 'stopped: link lost' }) }));
+    expect(lost['If the worker dies']).toMatch(/^no new generation starts .*%klbr reconnect/);
   });
 
   it('from a kernel that sends no facts, has no rows (the dialog shows the status table open)', () => {

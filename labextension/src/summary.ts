@@ -68,8 +68,18 @@ function memoryWords(memory: IMemory | null | undefined, facts: IFacts): string 
 }
 
 function ifItDies(facts: IFacts): string {
+  const window = durationText(facts.restart_window);
+  if (facts.state === 'stopped: crash loop') {
+    return (
+      `no new generation starts: klbr started ${facts.restarts} for workers that ended in the last ${window}, and stopped ` +
+      'rather than loop. Fix the cause, then %klbr restart (and %klbr rebuild to run the recorded cells again).'
+    );
+  }
+  if (facts.state === 'stopped: link lost') {
+    return 'no new generation starts while the lost worker elsewhere may still run: %klbr reconnect starts one on the same placement.';
+  }
   const budget =
-    `${facts.restarts} of ${facts.restart_limit} automatic restarts used in the last ${durationText(facts.restart_window)}; ` +
+    `${facts.restarts} of ${facts.restart_limit} automatic restarts used in the last ${window}; ` +
     'past that, klbr stops and waits for %klbr restart';
   return (
     'the next cell runs in a new generation: variables and imports are lost, the recorded cells and their outputs ' +
@@ -78,11 +88,12 @@ function ifItDies(facts: IFacts): string {
 }
 
 function deadlines(facts: IFacts): string {
+  const grace = durationText(facts.interrupt_grace);
   const timeout =
     facts.cell_timeout !== null
-      ? `a cell still running after ${durationText(facts.cell_timeout)} ends its worker`
+      ? `a cell still running after ${durationText(facts.cell_timeout)} is interrupted, its namespace kept`
       : 'a cell may run as long as it needs';
-  return `${timeout}; an interrupt (\u25a0) the code ignores for ${durationText(facts.interrupt_grace)} ends its worker too.`;
+  return `${timeout}; a cell that ignores an interrupt (\u25a0) for ${grace} has its worker ended, and the namespace with it.`;
 }
 
 /** The dialog's leading rows, [question, answer]; none from a kernel that sends no `facts`. */
