@@ -301,15 +301,16 @@ class KlbrComms:
     def _state_fields(self) -> Json:
         supervisor, cell_log = self._supervisor, self._cell_log
         generation = supervisor.current
+        st = supervisor.status()  # read once for the rows and the facts
         return {
             "protocol": PROTOCOL, "implementation": "klbr", "version": __version__,
             "kernel_session": self._session.session, "store_session": cell_log.session_id,
             "generation": generation.number if generation is not None else None,
             "placement": supervisor.where.spec, "recording": cell_log.recording_state(),
             "notebook": supervisor.notebook,
-            "status": [list(row) for row in status_rows(supervisor, cell_log, self._frontend)],
+            "status": [list(row) for row in status_rows(supervisor, cell_log, self._frontend, st)],
             "memory": dict(generation.memory.status()) if generation is not None and generation.memory else None,
-            "facts": status_facts(supervisor, cell_log),
+            "facts": status_facts(supervisor, cell_log, st),
         }
 
     def _push(self, comm: OpenComm, parent: dict[str, Any], data: Json) -> None:

@@ -52,9 +52,11 @@ def status_text(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | 
     return "".join(f"{k:<{width}}  {v}\n" for k, v in rows)
 
 
-def status_rows(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | None = None) -> list[tuple[str, str]]:
-    """What `%klbr status` shows, row by row (also the klbr comm's `hello`)."""
-    st = supervisor.status()
+def status_rows(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | None = None,
+                st: dict[str, Any] | None = None) -> list[tuple[str, str]]:
+    """What `%klbr status` shows, row by row (also the klbr comm's `hello`); `st`: the supervisor's
+    `status()`, when the caller has it already."""
+    st = st if st is not None else supervisor.status()
     timeout = st["cell_timeout"]
     rows = [
         ("generation", st["generation"] if st["generation"] is not None else "none"),
@@ -79,11 +81,12 @@ def status_rows(supervisor: Supervisor, cell_log: CellLog, frontend: Frontend | 
     return [(k, str(v)) for k, v in rows]
 
 
-def status_facts(supervisor: Supervisor, cell_log: CellLog) -> dict[str, Any]:
+def status_facts(supervisor: Supervisor, cell_log: CellLog, st: dict[str, Any] | None = None) -> dict[str, Any]:
     """What the status dialog says in a user's words, as data (the klbr comm's `facts`,
     docs/comm-protocol.md): since when the worker serves and on which host, the cell log's path and
-    why it does not record, the restart budget, the deadlines and the next generation's memory limit."""
-    st = supervisor.status()
+    why it does not record, the restart budget, the deadlines and the next generation's memory limit.
+    `st`: the supervisor's `status()`, when the caller has it already."""
+    st = st if st is not None else supervisor.status()
     gen = supervisor.current
     path, problem = cell_log.where()
     began = (gen.serving_since or gen.started) if gen else None  # a spare serves from its takeover
