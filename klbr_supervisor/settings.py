@@ -56,9 +56,10 @@ class SupervisorSettings(LoggingConfigurable):
     debugger = Bool(
         True, config=True,
         help="Workers klbr starts (local, python:, ssh://, docker:// and slurm:// placements) have ipykernel's "
-             "debugger (debugpy, for JupyterLab's debugger panel) when it is installed there. False starts them "
-             "without debugpy: about 7 MiB less per worker (twice that with the warm spare), no debugger, and "
-             "kernel_info says so (`debugger: false`); `import debugpy` in a cell then fails. JupyterLab shows "
+             "debugger (debugpy, for JupyterLab's debugger panel) when it is installed there; its modules (about "
+             "7 MiB a worker) load when a frontend first uses the debugger or its variable explorer. False "
+             "starts them without debugpy: no debugger, kernel_info says so (`debugger: false`), it never "
+             "loads, and `import debugpy` in a cell fails. JupyterLab shows "
              "its debugger toggle by the kernelspec's metadata: `klbr-kernel install --no-debugger` writes a "
              "kernelspec that says no debugger and sets this. A kernelspec: or provisioner worker is not "
              "klbr's to start: it keeps its own debugger.",

@@ -4,10 +4,12 @@ Real kernels and workers: ipykernel of .venv (the newest pyproject admits) local
 started by the supervisor, and 6.29 (the oldest) on a `python:` placement. Off, no module of
 debugpy's is loaded in the worker, kernel_info says no debugger (JupyterLab then hides its toggle),
 a debug_request is answered as ipykernel answers it without debugpy, and cells run; the default
-keeps the debugger."""
+keeps the debugger, loaded when a frontend first uses it."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 from pathlib import Path
 
 from jupyter_client.manager import KernelManager
@@ -16,6 +18,7 @@ from klbr_supervisor.boot import bootstrap, prelaunch
 from utils import (
     DEBUGPY_LOADED,
     assert_no_debugger,
+    collect,
     debug_request,
     execute,
     kernel_info,
@@ -47,16 +50,55 @@ def test_off_in_a_config_file_holds_too(tmp_path):
         assert_no_debugger(kc)
 
 
-def test_the_default_keeps_the_debugger_on_ipykernel_7_and_6_29(kernel):
-    """ipykernel 6.29 says nothing of its debugger in kernel_info (7 lists it in supported_features):
-    the proxy says it has one, as it does."""
+def test_the_default_debugger_loads_when_first_used_and_stops_at_a_breakpoint_on_ipykernel_7_and_6_29(kernel):
+    """By default debugpy and pydevd load when a frontend first uses the debugger (decision 72), and
+    the debugger then works as ipykernel's: a breakpoint in a cell stops it, its variables are read,
+    and it goes on. Before, `breakpoint()` is ignored, as under plain ipykernel with no debugger
+    attached, and JupyterLab's `debugInfo` (sent as a notebook opens) is answered without loading
+    them. ipykernel 6.29 says nothing of its debugger in kernel_info (7 lists it in
+    supported_features): the proxy says it has one, as it does."""
     km, kc = kernel
     for _ in ("newest", "oldest"):
-        assert "debugpy" in value(kc, DEBUGPY_LOADED)
+        assert value(kc, DEBUGPY_LOADED) == []
         info = kernel_info(kc)
         assert info["debugger"] is True and "debugger" in info["supported_features"]
-        assert debug_request(kc)["success"] is True
         assert status_row(kc, "debugger") == "on"
+        reply, outputs = execute(kc, "x = 42\nbreakpoint()\nprint('after')", allow_stdin=False)
+        assert reply["content"]["status"] == "ok", reply["content"]
+        assert "after\n" in [m["content"]["text"] for m in outputs if m["msg_type"] == "stream"]
+        assert debug_request(kc, "debugInfo")["body"]["isStarted"] is False
+        assert value(kc, DEBUGPY_LOADED) == []
+
+        # The variable explorer, before the debugger starts: pydevd loads for it.
+        names = [v["name"] for v in debug_request(kc, "inspectVariables")["body"]["variables"]]
+        assert "x" in names, names
+        assert "pydevd" in value(kc, DEBUGPY_LOADED)
+
+        assert debug_request(kc)["success"] is True
+        assert debug_request(kc, "attach")["success"] is True
+        code = "def f(a, b):\n    c = a + b\n    return c\n\nf(2, 3)"
+        source = debug_request(kc, "dumpCell", {"code": code})["body"]["sourcePath"]
+        placed = debug_request(kc, "setBreakpoints", {"breakpoints": [{"line": 2}], "source": {"path": source},
+                                                      "sourceModified": False})
+        assert placed["body"]["breakpoints"][0]["verified"] is True, placed
+        assert debug_request(kc, "configurationDone")["success"] is True
+        msg_id = kc.execute(code)
+        stopped = kc.get_iopub_msg(timeout=30)
+        while stopped["msg_type"] != "debug_event" or stopped["content"]["event"] != "stopped":
+            stopped = kc.get_iopub_msg(timeout=30)
+        assert stopped["content"]["body"]["reason"] == "breakpoint"
+        thread = stopped["content"]["body"]["threadId"]
+        frame = debug_request(kc, "stackTrace", {"threadId": thread})["body"]["stackFrames"][0]
+        assert (frame["name"], frame["line"]) == ("f", 2)
+        scopes = debug_request(kc, "scopes", {"frameId": frame["id"]})["body"]["scopes"]
+        local = debug_request(kc, "variables", {"variablesReference": scopes[0]["variablesReference"]})
+        assert {v["name"]: v["value"] for v in local["body"]["variables"]} == {"a": "2", "b": "3"}
+        assert debug_request(kc, "continue", {"threadId": thread})["success"] is True
+        reply, outputs = collect(kc, msg_id)
+        assert reply["content"]["status"] == "ok"
+        assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["5"]
+        assert debug_request(kc, "disconnect", {"restart": False, "terminateDebuggee": True})["success"] is True
+
         reply, _ = execute(kc, f"%klbr placement python:{OTHER}")
         assert reply["content"]["status"] == "ok", reply["content"]
 
@@ -102,3 +144,21 @@ def test_off_says_no_debugger_only_for_workers_klbr_starts():
     finally:
         kernel_info.configure(True)
     assert kernel_info.kernel_info_content(six, 1, "local")["debugger"] is True
+
+
+def test_an_ipykernel_whose_debugger_module_is_not_6_29_to_7_s_keeps_its_debugger_loaded_as_it_starts(tmp_path):
+    """`bootstrap.debugger_on_demand` imports `ipykernel.debugger` with debugpy hidden; where that
+    module lacks the variable explorer it makes on demand, it is imported again with debugpy, so the
+    worker has the debugger ipykernel gives it, and its stderr says the modules load at start."""
+    package = tmp_path / "ipykernel"
+    package.mkdir()
+    (package / "__init__.py").write_text("__version__ = '99.0'\n")
+    (package / "debugger.py").write_text(
+        "try:\n    import debugpy\n    _is_debugpy_available = True\nexcept ImportError:\n    _is_debugpy_available = False\n")
+    code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); bootstrap = {{'__name__': 'klbr_bootstrap'}}\n"
+            f"exec(compile(open({bootstrap.__file__!r}).read(), 'bootstrap', 'exec'), bootstrap)\n"
+            "print(bootstrap['debugger_on_demand'](), __import__('ipykernel.debugger').debugger._is_debugpy_available)")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["False", "True"]
+    assert f"{bootstrap.NOTICE}ipykernel 99.0" in done.stderr and "load as the worker starts" in done.stderr

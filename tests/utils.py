@@ -355,7 +355,7 @@ def notes_shown(kc, text: str) -> list[str]:
 # -- the debugger (`Supervisor.debugger`) -----------------------------------------------------------
 
 # The worker's modules of debugpy's (pydevd's come with it), loaded ones only: the bootstrap's
-# `sys.modules["debugpy"] = None` is what keeps it out.
+# `sys.modules["debugpy"] = None` is what keeps them out, and by default they load when first used.
 DEBUGPY_LOADED = ("sorted(name for name, module in __import__('sys').modules.items() if module is not None "
                   "and name.split('.')[0] in ('debugpy', 'pydevd', '_pydevd_bundle', '_pydev_bundle'))")
 
@@ -365,11 +365,17 @@ def kernel_info(kc) -> dict:
     return kc.get_shell_msg(timeout=10)["content"]
 
 
-def debug_request(kc) -> dict:
-    """A frontend's first debug_request (JupyterLab's `initialize`), on control; its reply."""
+# What JupyterLab's debugger sends with its `initialize`.
+DEBUG_INIT_ARGS = {"clientID": "test", "clientName": "klbr tests", "adapterID": "python", "pathFormat": "path",
+                   "linesStartAt1": True, "columnsStartAt1": True, "supportsVariableType": True}
+
+
+def debug_request(kc, command: str = "initialize", arguments: dict | None = None) -> dict:
+    """A frontend's debug_request (by default JupyterLab's first, `initialize`), on control; its reply."""
+    kc._debug_seq = getattr(kc, "_debug_seq", 0) + 1
     msg = kc.session.msg("debug_request", {
-        "type": "request", "seq": 1, "command": "initialize",
-        "arguments": {"clientID": "test", "adapterID": "python", "pathFormat": "path"}})
+        "type": "request", "seq": kc._debug_seq, "command": command,
+        "arguments": DEBUG_INIT_ARGS if command == "initialize" and arguments is None else arguments or {}})
     kc.control_channel.send(msg)
     reply = kc.control_channel.get_msg(timeout=20)
     assert reply["msg_type"] == "debug_reply" and reply["parent_header"]["msg_id"] == msg["header"]["msg_id"]

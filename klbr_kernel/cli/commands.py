@@ -194,7 +194,7 @@ class InstallCommand(KlbrCommand):
         "user": ({"InstallCommand": {"user": True}}, "Install for the current user."),
         "sys-prefix": ({"InstallCommand": {"sys_prefix": True}}, "Install into this environment (sys.prefix)."),
         "no-debugger": ({"InstallCommand": {"debugger": False}},
-                        "Workers without ipykernel's debugger (--Supervisor.debugger=False): ~7 MiB less per worker."),
+                        "Workers without ipykernel's debugger (--Supervisor.debugger=False): JupyterLab shows no debugger toggle, and debugpy never loads."),
     }
 
     def start(self) -> None:

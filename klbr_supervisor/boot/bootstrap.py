@@ -4,6 +4,8 @@
 
 - `limit_memory`: `Supervisor.memory_limit` as the worker's RLIMIT_DATA, before ipykernel is imported;
 - `keep_debugger_out`: with `Supervisor.debugger` off, no debugpy, before ipykernel is imported;
+- `debugger_on_demand`: otherwise debugpy and pydevd are loaded when a frontend first uses the
+  debugger, not as ipykernel starts (it imports no module that binds `signal.signal`);
 - `lossless_iopub`: an iopub that never drops what the worker publishes;
 - `flush_by_size`: stdout and stderr sent once 256 KiB wait, not as one message per 0.2 s;
 - `flush_only_what_waits`: a flush with nothing to send returns at once;
@@ -96,6 +98,73 @@ def keep_debugger_out(argv: list[str] | None = None) -> bool:
         argv.remove(NO_DEBUGGER)
     sys.modules["debugpy"] = None  # type: ignore[assignment]  # the import system's "not importable here"
     return True
+
+
+# The modules of pydevd's that `ipykernel.debugger` binds as it is imported (6.29 and 7.x), loaded by
+# `debugger_on_demand` when the variable explorer first needs them: (module, names, or None for itself).
+_PYDEVD_NAMES = (("debugpy.server.api", None),  # first: it puts pydevd's bundle on sys.path
+                 ("_pydevd_bundle.pydevd_frame_utils", None),
+                 ("_pydevd_bundle.pydevd_suspended_frames", ("SuspendedFramesManager", "_FramesTracker")))
+
+
+def debugger_on_demand() -> bool:
+    """ipykernel's debugger with debugpy and pydevd (~200 modules, 7.5 MiB a worker) loaded when a
+    frontend first uses it, not as the worker starts (issue 41, decision 72). ipykernel imports them
+    in `ipykernel.debugger` as it starts, yet uses them only when the debugger starts (`initialize`
+    runs ``import debugpy; debugpy.listen(...)`` in the shell) and in its variable explorer: that
+    module is imported here with debugpy hidden, told debugpy is available, and given an explorer
+    that loads pydevd the first time it is used. Until then ``breakpoint()`` does what it does
+    under ipykernel with no debugger attached: nothing (debugpy's hook, which pydevd installs as it
+    loads, ignores it then). A frontend's `debugInfo`, which JupyterLab sends as a notebook opens,
+    needs none of them. Left as ipykernel does it when debugpy is kept out (`keep_debugger_out`),
+    not installed or already loaded, or in an ipykernel that binds something else. Returns whether
+    the debugger is on demand."""
+    import importlib.util  # noqa: PLC0415 — the standard library only until `main`
+
+    if "debugpy" in sys.modules or importlib.util.find_spec("debugpy") is None:
+        return False
+    sys.modules["debugpy"] = None  # type: ignore[assignment]
+    try:
+        debugger = _ipykernel("ipykernel.debugger")
+    finally:
+        del sys.modules["debugpy"]
+    explorer: Any = getattr(debugger, "VariableExplorer", None)
+    if explorer is None or getattr(debugger, "_is_debugpy_available", True):
+        importlib.reload(debugger)  # not the module of 6.29 to 7.x: imported again with debugpy, as it would be
+        notice("the debugger's modules (debugpy, pydevd) load as the worker starts")
+        return False
+    hidden: list[bool] = [True]
+
+    def load_pydevd() -> None:
+        if not hidden:
+            return
+        for module, names in _PYDEVD_NAMES:
+            loaded = _ipykernel(module)
+            for name in names or (module.rsplit(".", 1)[1],):
+                setattr(debugger, name, getattr(loaded, name) if names else loaded)
+        hidden.clear()
+
+    class _ExplorerOnDemand:
+        """ipykernel's `VariableExplorer`, made (with pydevd loaded) when first used."""
+
+        def __init__(self) -> None:
+            self._made: Any = None
+
+        def __getattr__(self, name: str) -> Any:
+            if self._made is None:
+                load_pydevd()
+                self._made = explorer()
+            return getattr(self._made, name)
+
+    debugger.VariableExplorer = _ExplorerOnDemand
+    debugger._is_debugpy_available = True
+    sys.breakpointhook = _breakpoint_ignored
+    return True
+
+
+def _breakpoint_ignored(*args: Any, **kwargs: Any) -> None:
+    """``breakpoint()`` before the debugger's modules are loaded: what debugpy's hook does with no
+    debugger attached (it ignores PYTHONBREAKPOINT too); loaded, pydevd puts its own in place."""
 
 
 class _IopubContext:
@@ -499,8 +568,9 @@ def memory_error_says_why(limit: int) -> None:
 def main() -> None:
     """The worker: each change above, then ipykernel's own launcher with this process's arguments."""
     limit = limit_memory()
-    keep_debugger_out()
-    interrupts_land()  # first: ipykernel binds `signal.signal` as it is imported
+    if not keep_debugger_out():
+        debugger_on_demand()  # before anything imports `ipykernel.ipkernel`, which 6.29 has import debugpy
+    interrupts_land()  # first of what patches ipykernel: `kernelbase` binds `signal.signal` as it is imported
     memory_error_says_why(limit)
     lossless_iopub()
     flush_by_size()
