@@ -1,7 +1,8 @@
 """What workers forked from a template would share: `python benchmarks/template_share.py [--workers 2]`.
 
-The measurement behind docs/decisions/61-template-fork-measured.md, not part of `make bench`. Two ways
-to have N idle ipykernel processes (a worker and a warm spare: N = 2) from this venv:
+The measurement behind the template paragraph of docs/decisions/65-memory-per-kernel.md, not part
+of `make bench`. Two ways to have N idle ipykernel processes (a worker and a warm spare: N = 2)
+from this venv:
 
 - *fresh*: N processes started as klbr starts its workers today, each importing everything itself;
 - *template*: one process imports what ipykernel's start imports (`ipykernel.kernelapp`, and

@@ -211,6 +211,17 @@ def test_the_readme_links_every_page_and_every_link_lands():
                 assert anchor in _anchors(dest), f"{page.name}: {target}: no such heading in {dest.name}"
 
 
+def test_every_page_of_the_docs_the_code_names_is_there():
+    """A page under docs/ that a module's text names (a docstring pointing at a decision) is there."""
+    named = set()
+    for package in ("klbr_kernel", "klbr_supervisor", "benchmarks", "tests"):
+        for module in (ROOT / package).rglob("*.py"):
+            named |= {(module, found) for found in re.findall(r"\bdocs/[\w./-]+\.md\b", module.read_text())}
+    assert named, "no module names a page"
+    missing = sorted(f"{module.relative_to(ROOT)}: {page}" for module, page in named if not (ROOT / page).exists())
+    assert not missing, missing
+
+
 def test_the_readme_is_a_page_and_make_bench_writes_the_manual():
     readme = README.read_text()
     assert len(readme.splitlines()) <= 120
