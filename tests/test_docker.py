@@ -25,7 +25,9 @@ import pytest
 
 from dockerd import Dockerd, gateway_image, klbr_image
 from utils import (
+    DEBUGPY_LOADED,
     collect,
+    debug_request,
     execute,
     interrupt_keeps_the_namespace,
     processes,
@@ -83,6 +85,9 @@ def test_cells_run_in_a_container_with_host_calls_and_interrupts(tmp_path, engin
         # an interrupt keeps the namespace
         interrupt_keeps_the_namespace(km, kc)
         assert value(kc, HOSTNAME) == hostname
+        # the debugger, loaded when first used (decision 72), starts in the container
+        assert value(kc, DEBUGPY_LOADED) == []
+        assert debug_request(kc)["success"] is True and "pydevd" in value(kc, DEBUGPY_LOADED)
     until(lambda: not daemon.containers(), 5, "no container left after the shutdown")
 
 

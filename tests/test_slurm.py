@@ -16,7 +16,9 @@ import pytest
 
 from slurm import Cluster
 from utils import (
+    DEBUGPY_LOADED,
     collect,
+    debug_request,
     execute,
     interrupt_keeps_the_namespace,
     start_kernel,
@@ -65,6 +67,9 @@ def test_cells_run_as_a_job_step_over_curve_with_host_calls_and_interrupts(tmp_p
         assert value(kc, "host.get('seen')") == {"where": "node"}
         interrupt_keeps_the_namespace(km, kc)
         assert value(kc, JOB) == job
+        # the debugger, loaded when first used (decision 72), starts on the node
+        assert value(kc, DEBUGPY_LOADED) == []
+        assert debug_request(kc)["success"] is True and "pydevd" in value(kc, DEBUGPY_LOADED)
     until(lambda: not cluster.jobs(), 5, "no job left after the shutdown")
 
 
