@@ -2,7 +2,8 @@
 Debian's chromium: a renamed notebook keeps its history across a server restart and a new
 Untitled.ipynb gets none of it; no "reached no notebook" notice for outputs the extension put back,
 in the page or the saved file; the messages a user reads in the cell say why; the memory figure
-moves while a cell allocates; Notebook 7 has a klbr entry. Screenshots go to build/test-artifacts."""
+moves while a cell allocates; JupyterLab's debugger stops a cell and shows its frames and
+variables; Notebook 7 has a klbr entry. Screenshots go to build/test-artifacts."""
 
 from __future__ import annotations
 
@@ -254,6 +255,45 @@ def test_the_memory_figure_moves_while_a_cell_allocates(lab, browser):
     screenshot(page, "show-memory-moving.png")
     go.touch()
     expect(cell(page, 0).locator(".jp-InputArea-prompt")).to_have_text("[1]:", timeout=60_000)
+    lab.shut_down_kernels()
+
+
+def _variables_shown(page) -> list[list[str]]:
+    """The debugger panel's variables, as [name, value] pairs, of the scope it shows."""
+    return page.evaluate("""() => Array.from(document.querySelectorAll(
+        '.jp-DebuggerVariables-body:not(.lm-mod-hidden) .jp-DebuggerVariables-name')).map(
+        n => [n.textContent.trim(), (n.nextElementSibling ? n.nextElementSibling.textContent : '').trim()])""")
+
+
+def test_jupyterlab_s_debugger_stops_a_cell_at_its_breakpoint_and_shows_its_variables(lab, browser):
+    """JupyterLab's debugger on klbr, as a user drives it: the toggle starts it (debugpy loads in the
+    worker then: decision 72), the variables panel shows the notebook's names, a cell's
+    `breakpoint()` stops it with the cell's frames alone in the call stack (none of klbr's worker)
+    and its locals shown, and Continue lets it finish with its result."""
+    notebook(lab.root, "debugged.ipynb", ["x_seen = 42", "def f(a):\n    b = a + 1\n    breakpoint()\n    return b * 10\n\nf(1)"])
+    page = open_notebook(browser, lab, "debugged.ipynb")
+    run_cell(page, 0)
+    expect(cell(page, 0).locator(".jp-InputArea-prompt")).to_have_text("[1]:", timeout=60_000)
+    toggle = page.locator(".jp-NotebookPanel:visible .jp-DebuggerBugButton")
+    expect(toggle).to_be_enabled(timeout=60_000)
+    toggle.click()
+    expect(toggle).to_have_attribute("aria-pressed", "true", timeout=60_000)
+    page.evaluate("() => window.jupyterapp.commands.execute('debugger:show-panel')")
+    until(lambda: ["x_seen", "42"] in _variables_shown(page), 60, "the panel shows the notebook's x_seen")
+    run_cell(page, 1)
+    frames = page.locator(".jp-DebuggerCallstackFrame-name")
+    expect(frames).to_have_text(["f", "<module>"], timeout=60_000)
+    expect(page.locator(".jp-DebuggerCallstackFrame-location")).to_have_text(["Cell [*]:4", "Cell [*]:6"])
+    page.locator(".jp-DebuggerSidebar select").first.select_option("Locals")
+    until(lambda: ["a", "1"] in _variables_shown(page) and ["b", "2"] in _variables_shown(page), 60,
+          "the panel shows f's locals")
+    assert cell(page, 1).locator(".jp-InputArea-prompt").inner_text().strip() == "[*]:"  # stopped in it
+    screenshot(page, "show-debugger-stopped.png")
+    page.evaluate("() => window.jupyterapp.commands.execute('debugger:continue')")
+    expect(cell(page, 1).locator(".jp-InputArea-prompt")).to_have_text("[2]:", timeout=60_000)
+    assert "20" in output_text(page, 1)
+    toggle.click()
+    expect(toggle).to_have_attribute("aria-pressed", "false", timeout=60_000)
     lab.shut_down_kernels()
 
 

@@ -23,5 +23,9 @@ BOOTSTRAP = Path(bootstrap.__file__).read_text(encoding="utf-8")
 
 
 if __name__ == "__main__":
+    # Under its own name too: ipykernel 7's debugger hides the frames of the modules loaded as the
+    # kernel starts, and runpy takes "__main__" for the launcher, so this file's frame (under every
+    # cell's) showed in JupyterLab's call stack.
+    sys.modules.setdefault(__spec__.name, sys.modules[__name__])
     die_with(int(sys.argv.pop(1)))
     bootstrap.main()
