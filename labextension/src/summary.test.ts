@@ -117,10 +117,11 @@ describe('the status dialog in a user\u2019s words', () => {
   });
 
   it('words durations', () => {
-    expect([durationText(3), durationText(119.6), durationText(300), durationText(7500)]).toEqual([
+    expect([durationText(3), durationText(119.6), durationText(300), durationText(7190), durationText(7500)]).toEqual([
       '3 s',
       '2 min',
       '5 min',
+      '2 h 00 min',
       '2 h 05 min'
     ]);
   });

@@ -16,10 +16,10 @@ export function durationText(seconds: number): string {
   if (s < 120) {
     return `${s} s`;
   }
-  if (s < 7200) {
-    return `${Math.round(s / 60)} min`;
+  const minutes = Math.round(s / 60); // rounded first: 7190 s is 2 h 00 min, not 120 min
+  if (minutes < 120) {
+    return `${minutes} min`;
   }
-  const minutes = Math.round(s / 60);
   return `${Math.floor(minutes / 60)} h ${String(minutes % 60).padStart(2, '0')} min`;
 }
 
