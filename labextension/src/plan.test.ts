@@ -1,6 +1,6 @@
 import { describe, expect, it } from 'vitest';
 
-import { GenerationWatch, IPlanAnswer, about, announcement, earlierCells, isPlanAnswer, offerLabel, offerOnChange, rebuildable, stopped } from './plan';
+import { GenerationWatch, IPlanAnswer, about, announcement, earlierCells, isPlanAnswer, noRebuild, offerLabel, offerOnChange, rebuildable, stopped } from './plan';
 
 /** A `plan` answer as klbr_kernel/comm/plan.py sends it, after generation 1 was lost. */
 function answer(fields: Partial<IPlanAnswer> = {}, plan: Record<string, unknown> = {}): IPlanAnswer {
@@ -75,6 +75,13 @@ describe('the offer', () => {
     );
     expect(stopped(answer({ current: null }), 'a.ipynb')).toBeNull(); // none yet, one starts when needed
     expect(stopped(answer({ refusal: null }), 'a.ipynb')).toBeNull();
+    // the plan dialog, asked meanwhile, says why not and what to do
+    expect(noRebuild(loop, 'a.ipynb')).toBe(
+      'klbr, a.ipynb: no rebuild now (CrashLoop): the worker was lost 2 times within 300 s, so klbr stopped starting new ' +
+        'ones rather than loop. Fix the cause, then run `%klbr restart` to start a fresh generation.'
+    );
+    expect(noRebuild(answer({ refusal: null }), 'a.ipynb')).toBe('klbr, a.ipynb: there is nothing to rebuild');
+    expect(noRebuild(null, 'a.ipynb')).toBe('klbr, a.ipynb: there is nothing to rebuild');
   });
 });
 

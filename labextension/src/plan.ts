@@ -146,9 +146,23 @@ export function stopped(answer: IPlanAnswer, name: string): string | null {
   if (refusal === undefined || refusal === null || answer.current !== null) {
     return null;
   }
-  const words = refusal.evalue.split('\n')[0].replace(/^Nothing ran: /, '');
   const ended = answer.plan !== null ? `generation ${answer.plan.generation} ended${how(answer)}, and ` : '';
-  return `klbr, ${name}: ${ended}no new generation starts (${refusal.ename}): ${words}`;
+  return `klbr, ${name}: ${ended}no new generation starts (${refusal.ename}): ${userWords(refusal)}`;
+}
+
+/** What the plan dialog says when it has no plan to show: why no rebuild, in the refusal's words (what to do
+ * included), or that there is nothing to rebuild. */
+export function noRebuild(answer: IPlanAnswer | null, name: string): string {
+  const refusal = answer?.refusal;
+  if (refusal === undefined || refusal === null) {
+    return `klbr, ${name}: there is nothing to rebuild`;
+  }
+  return `klbr, ${name}: no rebuild now (${refusal.ename}): ${userWords(refusal)}`;
+}
+
+/** A refusal's words for the user: the cell's error's first line, without its "Nothing ran: ". */
+function userWords(refusal: IRefusal): string {
+  return refusal.evalue.split('\n')[0].replace(/^Nothing ran: /, '');
 }
 
 /** Whether a change is offered a rebuild at once: the generation ended without anyone asking. */

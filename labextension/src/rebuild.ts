@@ -14,7 +14,7 @@ import type { JSONObject } from '@lumino/coreutils';
 import { Widget } from '@lumino/widgets';
 
 import { notebookName } from './notebook';
-import { GenerationWatch, IPlanAnswer, IRebuildPlan, announcement, earlierCells, isPlanAnswer, offerLabel, offerOnChange, rebuildable, stopped } from './plan';
+import { GenerationWatch, IPlanAnswer, IRebuildPlan, announcement, earlierCells, isPlanAnswer, noRebuild, offerLabel, offerOnChange, rebuildable, stopped } from './plan';
 
 const EARLIER = 'klbr-EarlierGeneration';
 
@@ -122,10 +122,7 @@ export class RebuildOffer {
     const answer = await this.refresh();
     const plan = answer !== null ? rebuildable(answer) : null;
     if (plan === null) {
-      const refused = answer?.refusal;
-      Notification.info(
-        refused ? `klbr, ${notebookName(this._panel)}: ${refused.ename}: no rebuild now` : `klbr, ${notebookName(this._panel)}: there is nothing to rebuild`
-      );
+      Notification.info(noRebuild(answer, notebookName(this._panel)));
       return;
     }
     const body = new Widget({ node: document.createElement('pre') });
