@@ -8,10 +8,12 @@ keeps the debugger, loaded when a frontend first uses it."""
 
 from __future__ import annotations
 
+import ast
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from jupyter_client.manager import KernelManager
 
 from klbr_supervisor.boot import bootstrap, prelaunch
@@ -20,8 +22,10 @@ from utils import (
     assert_no_debugger,
     collect,
     debug_request,
+    drain,
     execute,
     kernel_info,
+    results,
     start_kernel,
     status_row,
     value,
@@ -50,31 +54,65 @@ def test_off_in_a_config_file_holds_too(tmp_path):
         assert_no_debugger(kc)
 
 
-def test_the_default_debugger_loads_when_first_used_and_stops_at_a_breakpoint_on_ipykernel_7_and_6_29(kernel):
+# What a cell's own breakpoint hook prints, set before the debugger's modules load.
+USERS_HOOK = "import sys\ndef mine():\n    print('the user hook')\nsys.breakpointhook = mine"
+
+
+def _loaded(kc, heard: list[dict]) -> list[str]:
+    """The worker's debugpy modules (`DEBUGPY_LOADED`); every iopub message read meanwhile goes to `heard`."""
+    reply, outputs = execute(kc, DEBUGPY_LOADED, seen=heard)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    (text,) = results(outputs)
+    return list(ast.literal_eval(text))
+
+
+def _printed(kc, code: str, heard: list[dict]) -> str:
+    """What a cell printed; every iopub message read meanwhile goes to `heard`."""
+    reply, outputs = execute(kc, code, seen=heard, allow_stdin=False)
+    assert reply["content"]["status"] == "ok", reply["content"]
+    return "".join(m["content"]["text"] for m in outputs if m["msg_type"] == "stream")
+
+
+@pytest.mark.parametrize("workers", [("local", f"python:{OTHER}"), (f"python:{sys.executable}",)],
+                         ids=["local-and-python-6.29", "python-7-as-source-text"])
+def test_the_default_debugger_loads_when_first_used_and_stops_at_a_breakpoint(kernel, workers):
     """By default debugpy and pydevd load when a frontend first uses the debugger (decision 72), and
-    the debugger then works as ipykernel's: a breakpoint in a cell stops it, its variables are read,
-    and it goes on. Before, `breakpoint()` is ignored, as under plain ipykernel with no debugger
-    attached, and JupyterLab's `debugInfo` (sent as a notebook opens) is answered without loading
-    them. ipykernel 6.29 says nothing of its debugger in kernel_info (7 lists it in
+    the debugger then works as ipykernel's: a breakpoint in a cell stops it, with the cell's frames
+    in the stack (none of klbr's bootstrap, run from its file or as source text), its
+    variables are read, and it goes on. Before, `breakpoint()` is ignored, as under plain ipykernel
+    with no debugger attached, and JupyterLab's `debugInfo` (sent as a notebook opens) is answered
+    without loading them; a breakpoint hook a cell sets is kept as they load, and nothing of
+    theirs reaches a cell. ipykernel 6.29 says nothing of its debugger in kernel_info (7 lists it in
     supported_features): the proxy says it has one, as it does."""
     km, kc = kernel
-    for _ in ("newest", "oldest"):
+    for placement in workers:
+        if placement != "local":
+            reply, _ = execute(kc, f"%klbr placement {placement}")
+            assert reply["content"]["status"] == "ok", reply["content"]
         assert value(kc, DEBUGPY_LOADED) == []
         info = kernel_info(kc)
         assert info["debugger"] is True and "debugger" in info["supported_features"]
         assert status_row(kc, "debugger") == "on"
-        reply, outputs = execute(kc, "x = 42\nbreakpoint()\nprint('after')", allow_stdin=False)
-        assert reply["content"]["status"] == "ok", reply["content"]
-        assert "after\n" in [m["content"]["text"] for m in outputs if m["msg_type"] == "stream"]
+        heard: list[dict] = []
+        assert _printed(kc, "x = 42\nbreakpoint()\nprint('after')", heard) == "after\n"
         assert debug_request(kc, "debugInfo")["body"]["isStarted"] is False
         assert value(kc, DEBUGPY_LOADED) == []
 
-        # The variable explorer, before the debugger starts: pydevd loads for it.
-        names = [v["name"] for v in debug_request(kc, "inspectVariables")["body"]["variables"]]
-        assert "x" in names, names
-        assert "pydevd" in value(kc, DEBUGPY_LOADED)
+        # pydevd loads for what comes first, the variable explorer or the debugger's start (the last
+        # worker); a breakpoint hook a cell set stays.
+        execute(kc, USERS_HOOK, seen=heard)
+        first, then = ("initialize", "inspectVariables") if placement == workers[-1] != "local" else (
+            "inspectVariables", "initialize")
+        for command in (first, then):
+            answer = debug_request(kc, command)
+            if command == "inspectVariables":
+                assert "x" in [v["name"] for v in answer["body"]["variables"]], answer
+            else:
+                assert answer["success"] is True
+            assert "pydevd" in _loaded(kc, heard)
+            assert _printed(kc, "breakpoint()", heard) == "the user hook\n"
+        execute(kc, "sys.breakpointhook = sys.__breakpointhook__", seen=heard)
 
-        assert debug_request(kc)["success"] is True
         assert debug_request(kc, "attach")["success"] is True
         code = "def f(a, b):\n    c = a + b\n    return c\n\nf(2, 3)"
         source = debug_request(kc, "dumpCell", {"code": code})["body"]["sourcePath"]
@@ -85,25 +123,47 @@ def test_the_default_debugger_loads_when_first_used_and_stops_at_a_breakpoint_on
         msg_id = kc.execute(code)
         stopped = kc.get_iopub_msg(timeout=30)
         while stopped["msg_type"] != "debug_event" or stopped["content"]["event"] != "stopped":
+            heard.append(stopped)
             stopped = kc.get_iopub_msg(timeout=30)
         assert stopped["content"]["body"]["reason"] == "breakpoint"
         thread = stopped["content"]["body"]["threadId"]
         frames = debug_request(kc, "stackTrace", {"threadId": thread})["body"]["stackFrames"]
-        # the cell's frames only, as under ipykernel: none of klbr's worker (hidden as ipykernel's own)
-        assert [(f["name"], f["source"]["path"]) for f in frames] == [("f", source), ("<module>", source)], frames
+        # the cell's frames, as under ipykernel: none of klbr's worker or bootstrap (hidden as ipykernel's
+        # own modules). Under ipykernel 7 a worker run as source text keeps `python -c`'s own frame at the
+        # bottom: hiding "<string>" would hide the code a cell runs with exec() too.
+        launcher = [("<module>", "<string>")] if placement == f"python:{sys.executable}" else []
+        assert [(f["name"], f["source"]["path"]) for f in frames] == [("f", source), ("<module>", source),
+                                                                       *launcher], frames
         frame = frames[0]
         assert frame["line"] == 2
         scopes = debug_request(kc, "scopes", {"frameId": frame["id"]})["body"]["scopes"]
         local = debug_request(kc, "variables", {"variablesReference": scopes[0]["variablesReference"]})
         assert {v["name"]: v["value"] for v in local["body"]["variables"]} == {"a": "2", "b": "3"}
         assert debug_request(kc, "continue", {"threadId": thread})["success"] is True
-        reply, outputs = collect(kc, msg_id)
+        reply, outputs = collect(kc, msg_id, seen=heard)
         assert reply["content"]["status"] == "ok"
         assert [m["content"]["data"]["text/plain"] for m in outputs if m["msg_type"] == "execute_result"] == ["5"]
-        assert debug_request(kc, "disconnect", {"restart": False, "terminateDebuggee": True})["success"] is True
+        assert debug_request(kc, "disconnect", {"restart": False, "terminateDebuggee": False})["success"] is True
+        # Nothing but what the cells printed: pydevd's warning of frozen modules, which ipykernel writes
+        # as it starts (to no cell), is not written as it loads (it was, into the next cell's output).
+        printed = {m["content"]["text"] for m in heard + drain(kc.iopub_channel) if m["msg_type"] == "stream"}
+        assert printed == {"after\n", "the user hook\n"}, printed
 
-        reply, _ = execute(kc, f"%klbr placement python:{OTHER}")
-        assert reply["content"]["status"] == "ok", reply["content"]
+
+def test_an_explorer_whose_pydevd_cannot_load_shows_nothing_and_says_why():
+    """pydevd refuses to load in some folders (a file that shadows a standard module); ipykernel then
+    has no debugger at all. Loaded on demand, the variable explorer answers with no variables, and
+    the worker's stderr (the kernel's log) says why."""
+    code = (f"import sys; bootstrap = {{'__name__': 'klbr_bootstrap'}}\n"
+            f"exec(compile(open({bootstrap.__file__!r}).read(), 'bootstrap', 'exec'), bootstrap)\n"
+            "assert bootstrap['debugger_on_demand']()\n"
+            "sys.modules['debugpy.server.api'] = None\n"
+            "import ipykernel.debugger\n"
+            "print(ipykernel.debugger.VariableExplorer().get_children_variables())")
+    done = subprocess.run([sys.executable, "-c", code], check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["[]"]
+    assert f"{bootstrap.NOTICE}ipykernel" in done.stderr and "could not be loaded (ModuleNotFoundError" in done.stderr
 
 
 def test_the_word_the_prelaunch_and_the_settings_give_is_the_one_the_bootstrap_takes_off():
@@ -149,15 +209,26 @@ def test_off_says_no_debugger_only_for_workers_klbr_starts():
     assert kernel_info.kernel_info_content(six, 1, "local")["debugger"] is True
 
 
-def test_an_ipykernel_whose_debugger_module_is_not_6_29_to_7_s_keeps_its_debugger_loaded_as_it_starts(tmp_path):
+# `ipykernel.debugger` modules of shapes 6.29 to 7.x do not have: no variable explorer; debugpy imported
+# unguarded; an explorer that reads a name of pydevd's the bootstrap does not load.
+GUARDED = "try:\n    import debugpy\n    _is_debugpy_available = True\nexcept ImportError:\n    _is_debugpy_available = False\n"
+OTHER_SHAPES = {
+    "no-explorer": GUARDED,
+    "unguarded": "import debugpy\n_is_debugpy_available = True\nclass VariableExplorer:\n    pass\n",
+    "other-names": (GUARDED + "class VariableExplorer:\n    def track(self):\n"
+                    "        return SuspendedFramesManager, _FramesTracker, pydevd_frame_utils, pydevd_api\n"),
+}
+
+
+@pytest.mark.parametrize("shape", OTHER_SHAPES)
+def test_an_ipykernel_whose_debugger_module_is_not_6_29_to_7_s_keeps_its_debugger_loaded_as_it_starts(tmp_path, shape):
     """`bootstrap.debugger_on_demand` imports `ipykernel.debugger` with debugpy hidden; where that
-    module lacks the variable explorer it makes on demand, it is imported again with debugpy, so the
-    worker has the debugger ipykernel gives it, and its stderr says the modules load at start."""
+    module is not as 6.29 to 7.x have it, it is imported again with debugpy, so the worker has the
+    debugger ipykernel gives it (and starts), and its stderr says the modules load at start."""
     package = tmp_path / "ipykernel"
     package.mkdir()
     (package / "__init__.py").write_text("__version__ = '99.0'\n")
-    (package / "debugger.py").write_text(
-        "try:\n    import debugpy\n    _is_debugpy_available = True\nexcept ImportError:\n    _is_debugpy_available = False\n")
+    (package / "debugger.py").write_text(OTHER_SHAPES[shape])
     code = (f"import sys; sys.path.insert(0, {str(tmp_path)!r}); bootstrap = {{'__name__': 'klbr_bootstrap'}}\n"
             f"exec(compile(open({bootstrap.__file__!r}).read(), 'bootstrap', 'exec'), bootstrap)\n"
             "print(bootstrap['debugger_on_demand'](), __import__('ipykernel.debugger').debugger._is_debugpy_available)")

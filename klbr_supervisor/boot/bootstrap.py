@@ -19,15 +19,16 @@ missing behaviour beginning with `NOTICE` (`targets.process.StderrTail` copies s
 kernel's log once per kernel, however many generations say it).
 
 This module is sent to its worker as its own source text (`worker.BOOTSTRAP`) and run as
-``python -c SOURCE -f CONNECTION_FILE ...``, so it runs on an interpreter with no klbr installed (a
-`python:` placement, an `ssh://` remote); `python -m klbr_supervisor.boot.worker` calls `main`
-after arming the death signal. It imports the standard library only until `main` runs: imported,
+``python -c SOURCE -f CONNECTION_FILE ...`` (compiled as `SOURCE_NAME`), so it runs on an
+interpreter with no klbr installed (a `python:` placement, an `ssh://` remote); `python -m
+klbr_supervisor.boot.worker` calls `main` after arming the death signal. It imports the standard library only until `main` runs: imported,
 it changes nothing, and a test applies each part alone. Each part patches ipykernel's classes,
 read for 6.29 to 7.x (the range pyproject admits); what it finds missing it leaves as it is.
 """
 
 from __future__ import annotations
 
+import builtins
 import importlib
 import os
 import runpy
@@ -38,6 +39,8 @@ import threading
 from collections.abc import MutableMapping
 from typing import Any
 
+# The file name of the bootstrap's code where it runs as source text (`worker.BOOTSTRAP`).
+SOURCE_NAME = "<klbr bootstrap>"
 # What begins each line the bootstrap writes on its stderr about a behaviour this ipykernel lacks.
 NOTICE = "klbr worker: "
 # The environment variable `Supervisor.memory_limit` comes in, in bytes (see `limit_memory`).
@@ -100,11 +103,14 @@ def keep_debugger_out(argv: list[str] | None = None) -> bool:
     return True
 
 
-# The modules of pydevd's that `ipykernel.debugger` binds as it is imported (6.29 and 7.x), loaded by
-# `debugger_on_demand` when the variable explorer first needs them: (module, names, or None for itself).
-_PYDEVD_NAMES = (("debugpy.server.api", None),  # first: it puts pydevd's bundle on sys.path
-                 ("_pydevd_bundle.pydevd_frame_utils", None),
-                 ("_pydevd_bundle.pydevd_suspended_frames", ("SuspendedFramesManager", "_FramesTracker")))
+# What `ipykernel.debugger`'s variable explorer reads of pydevd's (6.29 to 7.x bind it as that module is
+# imported), by the module each comes from, the module itself where its name ends the module's;
+# `debugger_on_demand` loads them when the explorer is first used, `_PYDEVD_FIRST` first (importing
+# it puts pydevd's bundle on sys.path).
+_PYDEVD_NAMES = {"SuspendedFramesManager": "_pydevd_bundle.pydevd_suspended_frames",
+                 "_FramesTracker": "_pydevd_bundle.pydevd_suspended_frames",
+                 "pydevd_frame_utils": "_pydevd_bundle.pydevd_frame_utils"}
+_PYDEVD_FIRST = "debugpy.server.api"
 
 
 def debugger_on_demand() -> bool:
@@ -113,36 +119,55 @@ def debugger_on_demand() -> bool:
     in `ipykernel.debugger` as it starts, yet uses them only when the debugger starts (`initialize`
     runs ``import debugpy; debugpy.listen(...)`` in the shell) and in its variable explorer: that
     module is imported here with debugpy hidden, told debugpy is available, and given an explorer
-    that loads pydevd the first time it is used. Until then ``breakpoint()`` does what it does
-    under ipykernel with no debugger attached: nothing (debugpy's hook, which pydevd installs as it
-    loads, ignores it then). A frontend's `debugInfo`, which JupyterLab sends as a notebook opens,
-    needs none of them. Left as ipykernel does it when debugpy is kept out (`keep_debugger_out`),
-    not installed or already loaded, or in an ipykernel that binds something else. Returns whether
-    the debugger is on demand."""
+    that loads pydevd the first time it is used (`_PYDEVD_NAMES`). What ipykernel has at its start
+    stays as it was: ``breakpoint()`` does nothing until pydevd loads, as debugpy's hook does with
+    no debugger attached, and a hook of the user's own is kept when it loads; pydevd's warning of
+    frozen modules, which ipykernel's start wrote to no cell, is turned off
+    (PYDEVD_DISABLE_FILE_VALIDATION). A frontend's `debugInfo`, which JupyterLab sends as a
+    notebook opens, needs none of it. Where debugpy is kept out (`keep_debugger_out`), not
+    installed or already loaded, left as ipykernel has it; where `ipykernel.debugger` is not as
+    6.29 to 7.x have it (its import fails without debugpy, or its explorer reads other names), it is
+    imported with debugpy and a NOTICE says so. Returns whether the debugger is on demand."""
     import importlib.util  # noqa: PLC0415 — the standard library only until `main`
 
     if "debugpy" in sys.modules or importlib.util.find_spec("debugpy") is None:
         return False
     sys.modules["debugpy"] = None  # type: ignore[assignment]
     try:
-        debugger = _ipykernel("ipykernel.debugger")
+        debugger: Any = _ipykernel("ipykernel.debugger")
+    except ImportError:
+        debugger = None  # it imports debugpy unguarded: ipykernel imports it again, with debugpy
     finally:
         del sys.modules["debugpy"]
     explorer: Any = getattr(debugger, "VariableExplorer", None)
-    if explorer is None or getattr(debugger, "_is_debugpy_available", True):
-        importlib.reload(debugger)  # not the module of 6.29 to 7.x: imported again with debugpy, as it would be
+    if (explorer is None or getattr(debugger, "_is_debugpy_available", True)
+            or _globals_read(explorer) - set(vars(debugger)) - set(vars(builtins)) != set(_PYDEVD_NAMES)):
+        if debugger is not None:
+            importlib.reload(debugger)
         notice("the debugger's modules (debugpy, pydevd) load as the worker starts")
         return False
     hidden: list[bool] = [True]
 
-    def load_pydevd() -> None:
-        if not hidden:
-            return
-        for module, names in _PYDEVD_NAMES:
-            loaded = _ipykernel(module)
-            for name in names or (module.rsplit(".", 1)[1],):
-                setattr(debugger, name, getattr(loaded, name) if names else loaded)
-        hidden.clear()
+    def load_pydevd() -> bool:
+        if hidden:
+            hook = sys.breakpointhook
+            try:
+                for tries_left in (1, 0):
+                    try:
+                        _ipykernel(_PYDEVD_FIRST)
+                        for name, module in _PYDEVD_NAMES.items():
+                            loaded = _ipykernel(module)
+                            setattr(debugger, name, loaded if module.endswith(f".{name}") else getattr(loaded, name))
+                        break
+                    except Exception as error:  # pydevd refuses to load for reasons of its own (a shadowed module)
+                        if not tries_left:
+                            notice(f"the debugger's modules could not be loaded ({type(error).__name__}: {error}): "
+                                   "its variable explorer shows nothing")
+                            return False
+            finally:
+                _keep_the_users_hook(hook)
+            hidden.clear()
+        return True
 
     class _ExplorerOnDemand:
         """ipykernel's `VariableExplorer`, made (with pydevd loaded) when first used."""
@@ -152,19 +177,62 @@ def debugger_on_demand() -> bool:
 
         def __getattr__(self, name: str) -> Any:
             if self._made is None:
-                load_pydevd()
-                self._made = explorer()
+                self._made = explorer() if load_pydevd() else _NoVariables()
             return getattr(self._made, name)
 
+    start = getattr(debugger.Debugger, "start", None)
+    if callable(start):
+        def start_keeping_the_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
+            hook = sys.breakpointhook
+            try:
+                return start(self, *args, **kwargs)
+            finally:
+                _keep_the_users_hook(hook)
+
+        debugger.Debugger.start = start_keeping_the_hook
     debugger.VariableExplorer = _ExplorerOnDemand
     debugger._is_debugpy_available = True
     sys.breakpointhook = _breakpoint_ignored
+    os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     return True
 
 
-def _breakpoint_ignored(*args: Any, **kwargs: Any) -> None:
+def _globals_read(cls: Any) -> set[str]:
+    """The global names the methods of `cls` read (their nested code's included)."""
+    import dis  # noqa: PLC0415 — the standard library only until `main`
+
+    codes = [f.__code__ for f in vars(cls).values() if hasattr(f, "__code__")]
+    names: set[str] = set()
+    while codes:
+        code = codes.pop()
+        codes += [c for c in code.co_consts if hasattr(c, "co_code")]
+        names |= {i.argval for i in dis.get_instructions(code) if i.opname == "LOAD_GLOBAL"}
+    return names
+
+
+def _breakpoint_ignored() -> None:
     """``breakpoint()`` before the debugger's modules are loaded: what debugpy's hook does with no
-    debugger attached (it ignores PYTHONBREAKPOINT too); loaded, pydevd puts its own in place."""
+    debugger attached (it ignores PYTHONBREAKPOINT too, and takes no arguments)."""
+
+
+def _keep_the_users_hook(hook: Any) -> None:
+    """pydevd installs its breakpoint hook as it loads: under ipykernel that was before any cell, so
+    a hook a cell set since (`hook`, unless it is `_breakpoint_ignored`) is put back."""
+    if hook is not _breakpoint_ignored:
+        sys.breakpointhook = hook
+
+
+class _NoVariables:
+    """The variable explorer where pydevd could not be loaded: nothing to show, and the frontend answered."""
+
+    def track(self) -> None:
+        pass
+
+    def untrack_all(self) -> None:
+        pass
+
+    def get_children_variables(self, variable_ref: Any = None) -> list[Any]:
+        return []
 
 
 class _IopubContext:
@@ -580,4 +648,10 @@ def main() -> None:
 
 
 if __name__ == "__main__":
+    if "__file__" not in globals():  # run as source text (`worker.BOOTSTRAP`): its code's file is `SOURCE_NAME`
+        # A module of that file, under a name of its own: ipykernel 7's debugger hides the frames of
+        # the modules loaded as the kernel starts (by file), and this code's are under every cell's
+        # (`interrupts_land` wraps the execute), so JupyterLab's call stack showed them.
+        sys.modules["__main__"].__file__ = SOURCE_NAME
+        sys.modules.setdefault("klbr_bootstrap", sys.modules["__main__"])
     main()

@@ -17,9 +17,12 @@ from .deathsig import die_with
 
 __all__ = ["BOOTSTRAP", "MEMORY_LIMIT", "NOTICE"]
 
-# The bootstrap's source, for ``python -c BOOTSTRAP -f CONNECTION_FILE ...`` (a `python:` worker,
-# an `ssh://` remote's, sent in its agent's start): run as a script there, it starts the worker.
-BOOTSTRAP = Path(bootstrap.__file__).read_text(encoding="utf-8")
+# The bootstrap, for ``python -c BOOTSTRAP -f CONNECTION_FILE ...`` (a `python:` worker, an `ssh://`,
+# `docker://` or `slurm://` one, sent in its agent's start): its source, compiled under a file name
+# of its own (not `-c`'s "<string>", which a cell's `exec` has too), run as a script there: it
+# starts the worker.
+BOOTSTRAP = (f"exec(compile({Path(bootstrap.__file__).read_text(encoding='utf-8')!r}, "
+             f"{bootstrap.SOURCE_NAME!r}, 'exec'))")
 
 
 if __name__ == "__main__":
