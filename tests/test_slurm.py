@@ -8,12 +8,18 @@ the spec: the kernel is reached over TCP on 127.0.0.1, encrypted.
 
 from __future__ import annotations
 
+import asyncio
+import os
+import re
+import shutil
 import signal
 import sqlite3
+import subprocess
 import sys
 
 import pytest
 
+from klbr_supervisor.targets.slurm import job_state
 from slurm import Cluster
 from utils import (
     DEBUGPY_LOADED,
@@ -91,6 +97,25 @@ def test_a_sigkilled_kernel_leaves_no_job(tmp_path, cluster):
         km.provisioner.process.send_signal(signal.SIGKILL)
         km.provisioner.process.wait()
         until(lambda: not cluster.jobs(), 5, "no job left after the kernel's SIGKILL")
+
+
+def test_the_scheduler_says_what_ended_a_job_when_srun_did_not(cluster, monkeypatch):
+    """srun can end before slurmstepd's "*** ... CANCELLED ..." reaches it ("task 0: Terminated"
+    alone); klbr then asks the scheduler (`slurm.job_state`), which keeps an ended job's record."""
+    for variable, setting in cluster.environ.items():
+        monkeypatch.setenv(variable, setting)
+    name = f"klbr-test-state-{os.getpid()}"
+    srun = subprocess.Popen([shutil.which("srun") or "srun", f"--job-name={name}", "--ntasks=1", "--quiet", "sleep",
+                             "120"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        until(lambda: asyncio.run(job_state("scontrol", name)) or "", 30, "the scheduler has the job")
+        cluster.run("scancel", f"--name={name}")
+        assert srun.wait(timeout=30) != 0
+    finally:
+        srun.kill()
+        srun.wait()
+    assert re.fullmatch(r"job \d+ is CANCELLED", asyncio.run(job_state("scontrol", name, ended=True)) or "")
+    assert asyncio.run(job_state("scontrol", "klbr-test-no-such-job", ended=True)) is None
 
 
 def test_a_job_cancelled_from_outside_is_placement_lost_in_the_schedulers_words(tmp_path, cluster):

@@ -17,6 +17,7 @@ import os
 import signal
 import subprocess
 from abc import abstractmethod
+from collections.abc import Coroutine
 from typing import Any, Protocol, Unpack
 
 from ..boot.agent_launch import CHANNELS, LEASE_EVERY
@@ -53,6 +54,7 @@ class AgentTarget(Target):
         self._renew: asyncio.TimerHandle | None = None
         self._kill_timer: asyncio.TimerHandle | None = None
         self._reported = False
+        self._asking: asyncio.Task[None] | None = None  # `ask_why`'s question, while it is asked
 
     @property
     @abstractmethod
@@ -131,6 +133,8 @@ class AgentTarget(Target):
             if timer is not None:
                 timer.cancel()
         self._renew = self._kill_timer = None
+        if self._asking is not None:
+            self._asking.cancel()  # its generation has ended: nothing waits for the words
         if self._process is not None:
             self._process.close()  # SIGKILLs the command's group: the agent sees its stdin end
         if self._pipe is not None:
@@ -175,6 +179,21 @@ class AgentTarget(Target):
             self._started.set_exception(LaunchError(
                 f"{self.command_name} {describe_exit(returncode)}" + (f": {said}" if said else "")))
             return
+        asking = self.ask_why(said)
+        if asking is None:
+            self._lost(returncode, said)
+        else:
+            self._asking = self._loop.create_task(self._lost_when_told(returncode, asking))
+
+    def ask_why(self, said: str) -> Coroutine[Any, Any, str] | None:
+        """Where the place can say more of its command's end than its stderr did (`said`): the question,
+        a coroutine that gives the words. None: `said` is all there is."""
+        return None
+
+    async def _lost_when_told(self, returncode: int, asking: Coroutine[Any, Any, str]) -> None:
+        self._lost(returncode, await asking)
+
+    def _lost(self, returncode: int, said: str) -> None:
         self.lost_how = (f"{self.command_name} {describe_exit(returncode)}" + (f" ({said})" if said else "")
                          + " and no exit of the kernel was reported")
         self._end(None)

@@ -15,13 +15,16 @@ calls come back over the host channel's TCP socket, CurveZMQ too (`host_channel`
 The job ends with its generation (``scancel --name`` of the job, after srun is killed: an srun
 killed with its group leaves its job running), and by the kernel's reaper if the kernel dies first.
 srun ending with no exit of the kernel reported (``scancel`` from outside, a time limit, a
-preemption, a node lost) is a lost link, in the scheduler's words (`PlacementLost`).
+preemption, a node lost) is a lost link, in the scheduler's words (`PlacementLost`): slurmstepd's
+line on srun's stderr, or where srun ended before it came, the job's state (`job_state`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import os
 import subprocess
+from collections.abc import Coroutine
 from typing import Any, Unpack
 
 import zmq
@@ -33,9 +36,58 @@ from .agent import AgentTarget
 from .base import TargetArgs
 from .process import WorkerProcess
 
+# Seconds `scontrol` gets to say how a job ended, and between its answers while the job is not over
+# yet (`job_state`); the states it shows then.
+SCONTROL_TIMEOUT = 5.0
+SCONTROL_AGAIN = 0.2
+_NOT_OVER = {"PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "SUSPENDED"}
+
 # The spec's options, as srun's own.
 SRUN_OPTIONS = {"time": "--time", "mem": "--mem", "gpus": "--gpus", "account": "--account", "qos": "--qos",
                 "cpus": "--cpus-per-task", "constraint": "--constraint"}
+
+
+async def job_state(scontrol: str, job_name: str, *, ended: bool = False) -> str | None:
+    """The state of the last job named `job_name`, as `scontrol` shows it (``job 12 is CANCELLED``,
+    ``job 12 is TIMEOUT (TimeLimit)``): the scheduler keeps an ended job's record for a few minutes
+    (MinJobAge). `ended`: the job is over, so ask again (every `SCONTROL_AGAIN` s, within
+    `SCONTROL_TIMEOUT`) while it is still shown running or completing, as it is for a moment after
+    its srun ends. None when the scheduler has no such job, or does not answer."""
+    found = None
+    try:
+        async with asyncio.timeout(SCONTROL_TIMEOUT):
+            while True:
+                found, state = await _last_job(scontrol, job_name)
+                if not ended or state not in _NOT_OVER:
+                    break
+                await asyncio.sleep(SCONTROL_AGAIN)
+    except TimeoutError:
+        pass  # its last answer stands
+    return found
+
+
+async def _last_job(scontrol: str, job_name: str) -> tuple[str | None, str | None]:
+    """One `scontrol show job`: the last job named `job_name` in words, and its state."""
+    try:
+        process = await asyncio.create_subprocess_exec(scontrol, "--oneliner", "show", "job",
+                                                       stdin=asyncio.subprocess.DEVNULL,
+                                                       stdout=asyncio.subprocess.PIPE,
+                                                       stderr=asyncio.subprocess.DEVNULL)
+    except OSError:
+        return None, None
+    try:
+        out, _ = await process.communicate()
+    finally:
+        if process.returncode is None:  # cancelled by the time limit
+            process.kill()
+            await asyncio.shield(process.wait())
+    found = state = None
+    for line in out.decode("utf-8", "replace").splitlines():
+        fields = dict(word.split("=", 1) for word in line.split() if "=" in word)
+        if fields.get("JobName") == job_name and "JobState" in fields:
+            state, reason = fields["JobState"], fields.get("Reason", "None")
+            found = f"job {fields.get('JobId', '?')} is {state}" + (f" ({reason})" if reason != "None" else "")
+    return found, state
 
 
 class SlurmTarget(AgentTarget):
@@ -65,6 +117,22 @@ class SlurmTarget(AgentTarget):
         DUE TO TIME LIMIT ***``), else srun's last line."""
         scheduler = [line for line in lines if "***" in line]
         return (scheduler or lines or [""])[-1]
+
+    def ask_why(self, said: str) -> Coroutine[Any, Any, str] | None:
+        """srun can end before slurmstepd's line of a cancelled, timed-out or preempted job reaches it
+        ("task 0: Terminated" alone, seen in test_slurm's cancelled job on this machine):
+        then the job's state, as the scheduler has it, follows srun's words. Not for a job klbr
+        cancelled itself."""
+        if "***" in said or self._cancelling is not None:
+            return None
+        return self._with_state(said)
+
+    async def _with_state(self, said: str) -> str:
+        scontrol = os.path.join(os.path.dirname(self.given.engines.srun[0]), "scontrol")
+        state = await job_state(scontrol, self.job_name, ended=True)
+        if state is None:
+            return said
+        return f"{said}; the scheduler says {state}" if said else f"the scheduler says {state}"
 
     @property
     def local(self) -> str:
