@@ -7,6 +7,7 @@
 - `debugger_on_demand`: otherwise debugpy and pydevd are loaded when a frontend first uses the
   debugger, not as ipykernel starts (it imports no module that binds `signal.signal`);
 - `lossless_iopub`: an iopub that never drops what the worker publishes;
+- `start_up_output_waits`: what the worker prints as it starts waits for the proxy to subscribe;
 - `flush_by_size`: stdout and stderr sent once 256 KiB wait, not as one message per 0.2 s;
 - `flush_only_what_waits`: a flush with nothing to send returns at once;
 - `shell_on_main_thread`: ipykernel 7 serves shell on its main thread, as 6.x does;
@@ -54,6 +55,9 @@ NO_DEBUGGER = "--KlbrWorker.debugger=False"
 # reader beside busy CPUs took the proxy to 300-480 MiB (2026-12-06); at 256 KiB, 75-155 MiB, and
 # no slower (50 MiB in 64 KiB writes: 0.16 s a cell against 0.18 s, medians of 9).
 FLUSH_AT = 1 << 18
+# Seconds a starting worker's start-up code waits for the proxy's subscription (`start_up_output_waits`):
+# the proxy subscribes as it adopts the worker, well within it even on a busy machine.
+SUBSCRIBER_BOUND = 10.0
 
 _KEEPS_HWM = ("iopub keeps ipykernel's high-water mark ({}): a cell that floods while the kernel is "
               "starved of CPU may lose outputs, its idle included")
@@ -280,6 +284,36 @@ def lossless_iopub() -> None:
             notice(_KEEPS_HWM.format("IPKernelApp.init_iopub made no PUB socket from the context it was handed"))
 
     app.init_iopub = _lossless_iopub
+
+
+def start_up_output_waits(bound: float = SUBSCRIBER_BOUND) -> None:
+    """What the worker runs and prints as it starts (IPython's startup files, `exec_lines`) waits
+    until the proxy has subscribed to its iopub, `bound` seconds at most: printed before, it was
+    published to no one (a PUB socket drops what it sends with no subscriber): the kernel's log
+    never had generation 1's start-up lines (started before the proxy's imports), and missed a
+    spare's whenever the proxy subscribed late (both of two full suites run side by side, 1 in 12
+    runs of the test beside one). ipykernel 7's iopub is an XPUB that hears each subscription
+    (it answers with JEP 65's `iopub_welcome`); 6.29's PUB hears none, and is left as it is."""
+    iostream = _ipykernel("ipykernel.iostream")
+    app = _ipykernel("ipykernel.kernelapp").IPKernelApp
+    handle = getattr(getattr(iostream, "IOPubThread", None), "_handle_subscription", None)
+    init_code = getattr(app, "init_code", None)
+    if not callable(handle) or not callable(init_code):
+        return
+    subscribed = threading.Event()
+
+    def _handle_subscription(self: Any, frames: Any) -> Any:
+        try:
+            return handle(self, frames)
+        finally:
+            subscribed.set()
+
+    def _init_code_once_heard(self: Any, *args: Any, **kwargs: Any) -> Any:
+        subscribed.wait(bound)
+        return init_code(self, *args, **kwargs)
+
+    iostream.IOPubThread._handle_subscription = _handle_subscription
+    app.init_code = _init_code_once_heard
 
 
 def flush_by_size(flush_at: int = FLUSH_AT) -> None:
@@ -641,6 +675,7 @@ def main() -> None:
     interrupts_land()  # first of what patches ipykernel: `kernelbase` binds `signal.signal` as it is imported
     memory_error_says_why(limit)
     lossless_iopub()
+    start_up_output_waits()
     flush_by_size()
     flush_only_what_waits()
     shell_on_main_thread()
