@@ -22,8 +22,8 @@ kernel's log once per kernel, however many generations say it).
 This module is sent to its worker as its own source text (`worker.BOOTSTRAP`) and run as
 ``python -c SOURCE -f CONNECTION_FILE ...`` (compiled as `SOURCE_NAME`), so it runs on an
 interpreter with no klbr installed (a `python:` placement, an `ssh://` remote); `python -m
-klbr_supervisor.boot.worker` calls `main` after arming the death signal. It imports the standard library only until `main` runs: imported,
-it changes nothing, and a test applies each part alone. Each part patches ipykernel's classes,
+klbr_supervisor.boot.worker` calls `main` after arming the death signal. It imports the standard
+library only until `main` runs: imported, it changes nothing, and a test applies each part alone. Each part patches ipykernel's classes,
 read for 6.29 to 7.x (the range pyproject admits); what it finds missing it leaves as it is.
 """
 
@@ -184,7 +184,7 @@ def debugger_on_demand() -> bool:
                 self._made = explorer() if load_pydevd() else _NoVariables()
             return getattr(self._made, name)
 
-    start = getattr(debugger.Debugger, "start", None)
+    start = getattr(getattr(debugger, "Debugger", None), "start", None)
     if callable(start):
         def start_keeping_the_hook(self: Any, *args: Any, **kwargs: Any) -> Any:
             hook = sys.breakpointhook

@@ -183,15 +183,20 @@ class AgentTarget(Target):
         if asking is None:
             self._lost(returncode, said)
         else:
-            self._asking = self._loop.create_task(self._lost_when_told(returncode, asking))
+            self._asking = self._loop.create_task(self._lost_when_told(returncode, said, asking))
 
     def ask_why(self, said: str) -> Coroutine[Any, Any, str] | None:
         """Where the place can say more of its command's end than its stderr did (`said`): the question,
         a coroutine that gives the words. None: `said` is all there is."""
         return None
 
-    async def _lost_when_told(self, returncode: int, asking: Coroutine[Any, Any, str]) -> None:
-        self._lost(returncode, await asking)
+    async def _lost_when_told(self, returncode: int, said: str, asking: Coroutine[Any, Any, str]) -> None:
+        try:
+            told = await asking
+        except Exception:  # a bug in the question must not keep the loss unreported: what the command said
+            self.given.log.exception("%s: asking why %s ended failed", self.placement, self.command_name)
+            told = said
+        self._lost(returncode, told)
 
     def _lost(self, returncode: int, said: str) -> None:
         self.lost_how = (f"{self.command_name} {describe_exit(returncode)}" + (f" ({said})" if said else "")
