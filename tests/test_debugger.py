@@ -8,7 +8,6 @@ keeps the debugger, loaded when a frontend first uses it."""
 
 from __future__ import annotations
 
-import ast
 import subprocess
 import sys
 from pathlib import Path
@@ -25,9 +24,9 @@ from utils import (
     drain,
     execute,
     kernel_info,
-    results,
     start_kernel,
     status_row,
+    stream_text,
     value,
 )
 
@@ -58,19 +57,11 @@ def test_off_in_a_config_file_holds_too(tmp_path):
 USERS_HOOK = "import sys\ndef mine():\n    print('the user hook')\nsys.breakpointhook = mine"
 
 
-def _loaded(kc, heard: list[dict]) -> list[str]:
-    """The worker's debugpy modules (`DEBUGPY_LOADED`); every iopub message read meanwhile goes to `heard`."""
-    reply, outputs = execute(kc, DEBUGPY_LOADED, seen=heard)
-    assert reply["content"]["status"] == "ok", reply["content"]
-    (text,) = results(outputs)
-    return list(ast.literal_eval(text))
-
-
 def _printed(kc, code: str, heard: list[dict]) -> str:
     """What a cell printed; every iopub message read meanwhile goes to `heard`."""
     reply, outputs = execute(kc, code, seen=heard, allow_stdin=False)
     assert reply["content"]["status"] == "ok", reply["content"]
-    return "".join(m["content"]["text"] for m in outputs if m["msg_type"] == "stream")
+    return stream_text(outputs)
 
 
 @pytest.mark.parametrize("workers", [("local", f"python:{OTHER}"), (f"python:{sys.executable}",)],
@@ -109,7 +100,7 @@ def test_the_default_debugger_loads_when_first_used_and_stops_at_a_breakpoint(ke
                 assert "x" in [v["name"] for v in answer["body"]["variables"]], answer
             else:
                 assert answer["success"] is True
-            assert "pydevd" in _loaded(kc, heard)
+            assert "pydevd" in value(kc, DEBUGPY_LOADED, seen=heard)
             assert _printed(kc, "breakpoint()", heard) == "the user hook\n"
         execute(kc, "sys.breakpointhook = sys.__breakpointhook__", seen=heard)
 

@@ -300,9 +300,10 @@ def status_row(kc, row: str, seen: list | None = None) -> str:
     raise AssertionError(f"no {row!r} in %klbr status")
 
 
-def value(kc, expression: str, timeout: float = 30):
-    """The value of a Python `expression` in the worker, from the repr of its result."""
-    reply, outputs = execute(kc, expression, timeout=timeout)
+def value(kc, expression: str, timeout: float = 30, seen: list | None = None):
+    """The value of a Python `expression` in the worker, from the repr of its result (`seen` as
+    `execute`'s)."""
+    reply, outputs = execute(kc, expression, timeout=timeout, seen=seen)
     assert reply["content"]["status"] == "ok", reply["content"]
     (text,) = results(outputs)
     return eval(text)  # noqa: S307 — the repr of a value the test's own cell computed
