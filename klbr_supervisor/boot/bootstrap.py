@@ -150,27 +150,21 @@ def debugger_on_demand() -> bool:
             importlib.reload(debugger)
         notice("the debugger's modules (debugpy, pydevd) load as the worker starts")
         return False
-    hidden: list[bool] = [True]
+    loaded = False
 
     def load_pydevd() -> bool:
-        if hidden:
+        nonlocal loaded
+        if not loaded:
             hook = sys.breakpointhook
-            try:
-                for tries_left in (1, 0):
-                    try:
-                        _ipykernel(_PYDEVD_FIRST)
-                        for name, module in _PYDEVD_NAMES.items():
-                            loaded = _ipykernel(module)
-                            setattr(debugger, name, loaded if module.endswith(f".{name}") else getattr(loaded, name))
-                        break
-                    except Exception as error:  # pydevd refuses to load for reasons of its own (a shadowed module)
-                        if not tries_left:
-                            notice(f"the debugger's modules could not be loaded ({type(error).__name__}: {error}): "
-                                   "its variable explorer shows nothing")
-                            return False
+            try:  # twice at most: a cell importing debugpy in the same moment can fail both imports
+                error = _pydevd_into(debugger) and _pydevd_into(debugger)
             finally:
                 _keep_the_users_hook(hook)
-            hidden.clear()
+            if error is not None:
+                notice(f"the debugger's modules could not be loaded ({type(error).__name__}: {error}): "
+                       "its variable explorer shows nothing")
+                return False
+            loaded = True
         return True
 
     class _ExplorerOnDemand:
@@ -199,6 +193,19 @@ def debugger_on_demand() -> bool:
     sys.breakpointhook = _breakpoint_ignored
     os.environ.setdefault("PYDEVD_DISABLE_FILE_VALIDATION", "1")
     return True
+
+
+def _pydevd_into(debugger: Any) -> Exception | None:
+    """pydevd's names (`_PYDEVD_NAMES`) into `ipykernel.debugger`; the error where they could not
+    be loaded (pydevd refuses to for reasons of its own: a module of the folder's shadowing one it uses)."""
+    try:
+        _ipykernel(_PYDEVD_FIRST)
+        for name, module in _PYDEVD_NAMES.items():
+            loaded = _ipykernel(module)
+            setattr(debugger, name, loaded if module.endswith(f".{name}") else getattr(loaded, name))
+    except Exception as error:  # whatever pydevd raises, the explorer answers without it
+        return error
+    return None
 
 
 def _globals_read(cls: Any) -> set[str]:
