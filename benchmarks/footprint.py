@@ -3,14 +3,16 @@
 Per process of a kernel's tree (the kernel process, the reaper, the worker, the warm spare), its PSS
 and RSS from /proc/PID/smaps_rollup, after 5 trivial cells and 4 s of settling, beside plain
 ipykernel from the same venv (and a second plain ipykernel kernelspec: the A/A noise); klbr as
-installed, and with `--Supervisor.standby=False`, `--Supervisor.debugger=False` and both. One kernel
+installed, and with `--Supervisor.standby=False`, `--Supervisor.debugger=False` and both, and idle: as
+installed once its spare has rested (`--Supervisor.standby_idle_timeout=2` here, 600 s by default:
+what a kernel nobody has used for ten minutes costs, decision 73). One kernel
 runs at a time, taking turns by round, so no kernel shares pages with another of the run. PSS
 counts a page shared by N processes as 1/N to each, so a tree's total is what it adds to the
 machine; RSS counts every mapped page in full.
 
-`--many N` starts N idle kernels of each kind at once (all of one kind, then all of the other) and
-sums every process's PSS: what N kernels cost one machine, where what is shared across kernels
-(libpython, the venv's shared libraries) is counted once. Too slow for `make bench`; opt-in.
+`--many N` starts N idle kernels of each kind in `MANY` at once (all of one kind, then all of the
+next) and sums every process's PSS: what N kernels cost one machine, where what is shared across
+kernels (libpython, the venv's shared libraries) is counted once. Too slow for `make bench`; opt-in.
 
 `compare.py` (make bench) calls `measure` and `table`; run alone, this prints the table (and with
 `--doc PAGE` writes it between the page's `footprint:start` and `footprint:end` markers).
@@ -38,7 +40,9 @@ from measures import pid_of_worker, run_cell  # benchmarks/ is no package
 
 KINDS = {"klbr": "klbr", "klbr, standby off": "klbr-bench-nostandby",
          "klbr, debugger off": "klbr-bench-nodebugger", "klbr, debugger and standby off": "klbr-bench-lean",
-         "ipykernel": "python3", "ipykernel A/A": "python3-aa"}
+         "klbr, idle": "klbr-bench-idle", "ipykernel": "python3", "ipykernel A/A": "python3-aa"}
+RESTING = {"klbr-bench-idle"}  # measured once its spare has rested
+MANY = ("klbr", "klbr, idle", "klbr, standby off", "ipykernel")  # --many's kinds: the debugger's cost nothing at rest
 ROLES = ("kernel process", "reaper", "worker", "warm spare")
 
 
@@ -81,10 +85,28 @@ def one(name: str) -> dict[str, dict[str, float]]:
         for _ in range(5):
             run_cell(kc, "pass")
         time.sleep(4)  # settle: a measurement condition (klbr's spare starts a second after the first worker)
+        if name in RESTING:
+            rested(km, 60)
         return {role: smaps(pid) for role, pid in roles(km, kc).items()}
     finally:
         kc.stop_channels()
         km.shutdown_kernel(now=True)
+
+
+def workers(km: KernelManager) -> int:
+    """How many worker processes a klbr kernel has running (the one serving, and a spare)."""
+    return sum(1 for child in psutil.Process(km.provisioner.process.pid).children()
+               if "klbr_supervisor.boot.worker" in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE)
+
+
+def rested(km: KernelManager, timeout: float) -> None:
+    """Until the kernel's spare has rested: one worker left."""
+    deadline = time.monotonic() + timeout
+    while workers(km) > 1:
+        if time.monotonic() > deadline:
+            msg = "the spare did not rest"
+            raise TimeoutError(msg)
+        time.sleep(0.2)
 
 
 def kernelspecs() -> None:
@@ -98,6 +120,7 @@ def kernelspecs() -> None:
     specs = {"klbr-bench-nostandby": [*klbr, "--Supervisor.standby=False"],
              "klbr-bench-nodebugger": [*klbr, "--Supervisor.debugger=False"],
              "klbr-bench-lean": [*klbr, "--Supervisor.debugger=False", "--Supervisor.standby=False"],
+             "klbr-bench-idle": [*klbr, "--Supervisor.standby_idle_timeout=2"],
              "python3-aa": [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]}
     for name, argv in specs.items():
         spec = root / "kernels" / name
@@ -146,7 +169,7 @@ def many(n: int) -> dict[str, float]:
     """Total PSS (MiB) of n idle kernels of each kind, all of a kind running at once."""
     kernelspecs()
     totals = {}
-    for kind in (kind for kind in KINDS if kind != "ipykernel A/A"):
+    for kind in MANY:
         with ExitStack() as stack:
             managers = []
             for _ in range(n):
@@ -160,6 +183,9 @@ def many(n: int) -> dict[str, float]:
                 run_cell(kc, "pass")
                 managers.append(km)
             time.sleep(10)  # settle: the last spares start
+            if KINDS[kind] in RESTING:
+                for km in managers:
+                    rested(km, 120)
             pids = set()
             for km in managers:
                 kernel = psutil.Process(km.provisioner.process.pid)

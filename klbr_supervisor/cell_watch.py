@@ -50,6 +50,7 @@ class CellWatch:
         self._on_finished = on_finished
         self.tasks: Tasks | None = None  # set by the supervisor once its task group runs
         self.cell: RunningCell | None = None
+        self.last: RunningCell | None = None  # the last execute sent, ended or not
         self._announcing: Generation | None = None  # the last generation seen publishing execute_input
 
     def sent(self, msg_id: str, code: str, gen: Generation, timeout: float | None, cell_id: int | None,
@@ -60,7 +61,7 @@ class CellWatch:
         if self.cell is not None:
             self.finished(self.cell.msg_id)
         cell = RunningCell(msg_id, code, gen, timeout, self._deadline_passed, cell_id, counts, silent)
-        self.cell = cell
+        self.cell = self.last = cell
         # Provisional: a worker that hangs at once (holding the GIL) never reports busy, and its
         # deadline must still come. `started` starts the clock again from busy.
         cell.clock(self.policy.deadline_for(timeout))

@@ -8,6 +8,7 @@ it runs out, `on_deadline(cell)` is called on the loop; the `Supervisor` carries
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -37,6 +38,7 @@ class RunningCell:
     interrupted: bool = False
     timed_out: bool = False
     timer: asyncio.TimerHandle | None = None
+    ended_at: float | None = None  # time.monotonic() at its end
 
     def clock(self, deadline: Deadline | None) -> None:
         """Run the deadline clock afresh with `deadline` (None: the cell has no deadline)."""
@@ -57,6 +59,8 @@ class RunningCell:
 
     def end(self) -> None:
         """It ended (a reply, or the end of its generation): nothing waits on it any more."""
+        if self.ended_at is None:
+            self.ended_at = time.monotonic()
         self.finished.set()
         self._disarm()
 

@@ -44,6 +44,12 @@ class SupervisorSettings(LoggingConfigurable):
         1.0, config=True,
         help="Seconds after a generation is ready before its spare starts (so it does not slow the first cells).",
     )
+    standby_idle_timeout = Float(
+        600.0, config=True,
+        help="Seconds with no cell running after which the warm spare is stopped, giving its memory back "
+             "(an idle kernel then costs what one with standby off costs); the next cell starts it again, "
+             "standby_delay after it is sent. 0 keeps the spare as long as the kernel runs.",
+    )
     restart_limit = Int(5, config=True, help="Automatic new generations allowed per restart_window.")
     restart_window = Float(300.0, config=True, help="Seconds over which restart_limit counts.")
     ipython_history = Bool(
@@ -124,6 +130,14 @@ class SupervisorSettings(LoggingConfigurable):
         except ValueError as e:
             why = f"Supervisor.memory_limit: {e}"
             raise TraitError(why) from None
+        return value
+
+    @validate("standby_idle_timeout", "standby_delay")
+    def _not_negative(self, proposal: Bunch) -> float:
+        value: float = proposal["value"]
+        if value < 0:
+            why = f"Supervisor.{proposal['trait'].name}: {value:g} is negative (seconds, 0 or more)"
+            raise TraitError(why)
         return value
 
     @property

@@ -36,6 +36,7 @@ from .messages.wire import Wire
 from .policy import Policy, Refusal
 from .running import RunningCell
 from .settings import SupervisorSettings
+from .spare_rest import SpareRest
 from .states import EndReason, SupervisorState
 from .store import Store
 from .succession import Succession
@@ -82,7 +83,10 @@ class Supervisor(SupervisorSettings):
         self.succession = Succession(
             listener=listener, policy=self.policy, store=self.store, host=self.host, cells=self.cells, log=self.log,
             launch=lambda spare: self._launch(spare=spare), record_start=self._record_start,
-            standby=lambda: self.standby_on, kill_grace=self.kill_grace, restart_window=self.restart_window)
+            standby=lambda: self.standby_on and not self.rest.resting, kill_grace=self.kill_grace,
+            restart_window=self.restart_window)
+        self.rest = SpareRest(self.standby_idle_timeout, self.standby_delay, last_cell=lambda: self.cells.last,
+                              stop=self.succession.stop_spare, start=self.succession.ensure_spare, log=self.log)
         self._stopped = asyncio.Event()
         self._tasks: Tasks | None = None
         self._zmq: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
@@ -120,11 +124,13 @@ class Supervisor(SupervisorSettings):
         try:
             async with asyncio.TaskGroup() as tg:
                 self._tasks = self.cells.tasks = self.succession.tasks = Tasks(tg, self.log)
+                self.rest.watch()
                 self.host.start(host_endpoint(self._runtime_dir), self._zmq, self._reaper)
                 self._launch(spare=False)  # first: the worker starts while the store opens
                 self.store.open(uuid=self.session.session, **self._labels)
                 await self._stopped.wait()
         finally:
+            self.rest.close()
             self._reaper.close()
             self.host.close()
             self.store.close()
@@ -266,6 +272,7 @@ class Supervisor(SupervisorSettings):
         if sync is not None:
             gen.sync_count(*sync)
         cell = self.cells.sent(msg_id, code, gen, timeout, cell_id, counts, silent)
+        self.rest.cell_sent()
         if gen.memory is not None:
             gen.memory.cell_started()
         return cell if gen.send("shell", frames) else None
@@ -328,7 +335,7 @@ class Supervisor(SupervisorSettings):
         self.policy.session_timeout = seconds
 
     def status(self) -> dict[str, Any]:
-        gen, spare, refusal = self.current, self.succession.spare, self.succession.refusal
+        gen, refusal = self.current, self.succession.refusal
         stopped = {"placement_lost": "stopped: link lost", "crash_loop": "stopped: crash loop"}
         return {
             "generation": gen.number if gen else None,
@@ -336,7 +343,7 @@ class Supervisor(SupervisorSettings):
             "state": gen.state.shown if gen else stopped.get(refusal.reason if refusal else "", "none"),
             "uptime": gen.uptime if gen else None,
             "placement": self.where.spec,
-            "standby": (spare.state.shown if spare else "none") if self.standby_on else "off",
+            "standby": self._standby_shown(),
             "key": ("shared with the frontend" if gen.shares_key else "its own, re-signed by the proxy") if gen else None,
             "restarts": self.policy.restarts_in_window(),
             "restart_limit": self.restart_limit,
@@ -351,6 +358,18 @@ class Supervisor(SupervisorSettings):
             "memory_limits": gen.target.limits_memory if gen else None,  # whether its placement applies one
             "debugger": self.debugger,  # as configured; what the worker has, its kernel_info says
         }
+
+    def _standby_shown(self) -> str:
+        """The spare's state for `%klbr status`: off, resting (an idle kernel's: `SpareRest`), none
+        (not started yet, or taken over and not yet replaced), or the spare generation's state."""
+        spare = self.succession.spare
+        if not self.standby_on:
+            return "off"
+        if spare is not None:
+            return spare.state.shown
+        if self.rest.resting:
+            return f"resting (no cell for {self.rest.after:g} s); the next cell starts it"
+        return "none"
 
     # -- from generations --------------------------------------------------------------------------
 

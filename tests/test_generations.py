@@ -10,6 +10,7 @@ import sqlite3
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from utils import (
@@ -324,6 +325,59 @@ def test_a_loss_while_idle_is_told_at_the_top_of_the_next_cell():
         assert "`%klbr rebuild --plan` shows them" in rebuild
         assert detail == f"Generation 1 (pid {pid}): killed by signal 9 (SIGKILL).", detail
         assert streams[-1]["text"] == "after\n"
+
+
+def _workers(km) -> list[int]:
+    """The kernel's live worker processes, oldest first."""
+    found = [p for p in psutil.Process(km.provisioner.process.pid).children()
+             if "klbr_supervisor.boot.worker" in p.cmdline() and p.status() != psutil.STATUS_ZOMBIE]
+    return [p.pid for p in sorted(found, key=lambda p: p.create_time())]
+
+
+# A cell that sleeps, then prints its own pid and those of the live worker processes beside it.
+SIBLINGS = """
+import os, time
+time.sleep({sleep})
+def sibling(pid):
+    try:
+        stat = open(f'/proc/{{pid}}/stat').read().rsplit(')', 1)[1].split()
+        cmd = open(f'/proc/{{pid}}/cmdline', 'rb').read()
+    except OSError:
+        return False
+    return stat[0] != 'Z' and int(stat[1]) == os.getppid() and b'klbr_supervisor.boot.worker' in cmd
+print(os.getpid(), *[p for p in map(int, filter(str.isdigit, os.listdir('/proc'))) if p != os.getpid() and sibling(p)])
+"""
+
+
+def test_an_idle_kernel_lets_its_spare_go_and_the_next_cell_starts_it_again():
+    """Supervisor.standby_idle_timeout: no cell for that long stops the warm spare (its memory goes
+    back to the machine); a cell running longer than that keeps it; the next cell starts it again,
+    and it takes over a lost worker. Nothing here depends on how fast the machine is: the spare is
+    looked at while cells run, when it cannot rest."""
+    idle = 3
+    with start_kernel(extra_arguments=[f"--Supervisor.standby_idle_timeout={idle}",
+                                       "--Supervisor.standby_delay=0.2"]) as (km, kc):
+        # A cell three timeouts long keeps the spare: as it ends, it sees it beside itself.
+        msg_id = kc.execute(SIBLINGS.format(sleep=3 * idle))
+        until(lambda: len(_workers(km)) == 2, 60, "the spare started")
+        serving, spare = _workers(km)
+        reply, outputs = collect(kc, msg_id, timeout=120)
+        assert stream_text(outputs).split() == [str(serving), str(spare)], (reply["content"], outputs)
+        # Idle: it rests (the %klbr cells asking do not count) and is gone.
+        until(lambda: standby(kc).startswith("resting"), 60, "the spare rests")
+        assert standby(kc) == f"resting (no cell for {idle} s); the next cell starts it"
+        assert process_gone(spare)
+        assert _workers(km) == [serving]
+        # The next cell starts one, and it takes over when the worker is lost under that cell.
+        msg_id = kc.execute("import time; time.sleep(120)")
+        until(lambda: len(_workers(km)) == 2, 60, "the next cell started a new spare")
+        woken = _workers(km)[1]
+        assert woken != spare
+        os.kill(serving, signal.SIGKILL)
+        reply, _ = collect(kc, msg_id, timeout=60)
+        assert reply["content"]["ename"] == "WorkerLost"
+        assert worker_pid(kc) == woken
+        assert status_row(kc, "generation") == "3"
 
 
 def test_an_in_flight_completion_is_retried_once_on_the_next_generation():

@@ -12,7 +12,9 @@ import os
 import signal
 from pathlib import Path
 
+import pytest
 from jupyter_client.session import Session
+from traitlets import TraitError
 
 from klbr_supervisor.states import EndReason
 from klbr_supervisor.supervisor import Supervisor
@@ -124,3 +126,9 @@ def test_a_supervisor_serves_replaces_a_lost_worker_and_shuts_down_with_no_proxy
     for pid in pids:
         assert not os.path.exists(f"/proc/{pid}"), f"worker {pid} outlived the supervisor's shutdown"
     assert _children() <= before, "a process the supervisor started is still running"
+
+
+@pytest.mark.parametrize("setting", ["standby_idle_timeout", "standby_delay"])
+def test_a_negative_standby_time_is_refused_by_name(setting):
+    with pytest.raises(TraitError, match=rf"^Supervisor\.{setting}: -1 is negative \(seconds, 0 or more\)$"):
+        Supervisor(Recorder(), session=Session(key=b"k", username="kernel"), **{setting: -1.0})
