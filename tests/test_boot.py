@@ -96,7 +96,8 @@ exec(compile({source!r}, "bootstrap", "exec"), bootstrap)
 imported = now()
 os.environ["KLBR_MEMORY_LIMIT"] = str(8 << 30)
 limit = bootstrap["limit_memory"]()
-for part in ("interrupts_land", "lossless_iopub", "flush_by_size", "flush_only_what_waits", "shell_on_main_thread"):
+for part in ("interrupts_land", "lossless_iopub", "flush_by_size", "memory_back_after_floods", "flush_only_what_waits",
+             "shell_on_main_thread"):
     bootstrap[part]()
 after = now()
 del IPKernelApp.init_iopub

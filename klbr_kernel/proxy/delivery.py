@@ -24,6 +24,7 @@ from klbr_supervisor.messages.protocol import DELIM, Frames, as_bytes
 from klbr_supervisor.messages.wire import Wire
 from klbr_supervisor.store import StoreError
 from klbr_supervisor.supervisor import Supervisor
+from klbr_supervisor.system import heap
 
 from ..cell_log.recording import OUTPUT_TYPES, CellLog
 from ..frontend.sockets import Frontend
@@ -55,6 +56,10 @@ NO_REPLY_GRACE = 5.0
 # NO_REPLY_GRACE to NO_REPLY_GRACE + GRACE_CHECK seconds after the other came. One timer for all,
 # where a timer per request cost every request a handle and two heap operations of the loop's.
 GRACE_CHECK = 1.0
+# Bytes of output a cell relayed from which, once it is settled, the proxy's free heap goes back to
+# the system (`heap.give_back`, a fraction of a millisecond): a flood's messages leave it in glibc's
+# hands otherwise.
+GIVE_BACK_AFTER = 1 << 20
 
 
 class Delivery:
@@ -355,5 +360,7 @@ class Delivery:
             return
         if execute.commit.covers(execute.record.output_bytes):
             self._own.release(req)
+            if execute.record.output_bytes >= GIVE_BACK_AFTER:
+                heap.give_back()
         else:
             self._commit(req)

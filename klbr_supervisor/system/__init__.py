@@ -17,6 +17,7 @@ klbr on Linux with those taken away, as a Mac has them.
 | whether a pid is a live klbr kernel | /proc/PID/cmdline | psutil; where nothing can tell, alive while the pid is | `facts` |
 | the filesystem a path is on | /proc/mounts | psutil's partitions | `facts`, `proc` |
 | a memory limit | RLIMIT_DATA, which Linux enforces | the memory watch's samples, where the limit is not enforced | `limits` |
+| a flood's freed memory back to the system | glibc's malloc_trim (the worker's bootstrap calls it itself) | nothing: the allocator's own | `heap` |
 
 Two have one way, the same on every POSIX system, and nothing to choose: a generation is contained
 and killed as a process group (`start_new_session`, `killpg`, and the reaper, `boot/reaper.py`, which
