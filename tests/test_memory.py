@@ -7,8 +7,10 @@ import os
 import re
 import signal
 import sqlite3
+import sys
 from pathlib import Path
 
+import jupyter_client
 import pytest
 from ipykernel.ipkernel import IPythonKernel
 
@@ -214,3 +216,29 @@ def test_without_malloc_trim_nothing_is_trimmed(monkeypatch):
     assert heap.give_back() is True  # glibc, here
     monkeypatch.setattr(heap, "_TRIM", None)
     assert heap.give_back() is False
+
+
+@pytest.mark.parametrize("where", ["local", "python"])
+def test_a_worker_runs_jupyter_clients_package_init_only_when_a_cell_asks_for_it(where):
+    """jupyter_client's managers, launcher and provisioners (importlib.metadata's entry points among
+    them) stay out of a worker at rest (2.2 MiB), and a cell that asks for any of them gets them as
+    under plain ipykernel: by name, by `import *`, and reloaded."""
+    options = [f"--Supervisor.placement=python:{OLDEST}"] if where == "python" else []
+    with start_kernel(extra_arguments=options) as (km, kc):
+        loaded = "sorted(m for m in __import__('sys').modules if m.startswith(('jupyter_client.', 'importlib.metadata')))"
+        at_rest = value(kc, loaded)
+        assert "jupyter_client.session" in at_rest and "jupyter_client.connect" in at_rest
+        assert not any(m.startswith(("jupyter_client.manager", "jupyter_client.provisioning", "importlib.metadata"))
+                       for m in at_rest), at_rest
+        code = ("from jupyter_client import KernelManager, launch_kernel, find_connection_file\n"
+                "import jupyter_client, importlib\n"
+                "(KernelManager().kernel_name, launch_kernel.__module__, jupyter_client.__version__ == "
+                "jupyter_client._version.__version__, importlib.reload(jupyter_client).MultiKernelManager.__name__)")
+        assert value(kc, code) == ("python3", "jupyter_client.launcher", True, "MultiKernelManager")
+        assert value(kc, "exec('from jupyter_client import *', ns := {}) or sorted({'KernelManager', "
+                         "'BlockingKernelClient', 'AsyncKernelClient', 'write_connection_file'} - set(ns))") == []
+
+
+def test_jupyter_client_imported_already_is_left_as_it_is():
+    bootstrap.jupyter_client_on_demand()
+    assert sys.modules["jupyter_client"] is jupyter_client and "__getattr__" not in vars(jupyter_client)

@@ -3,6 +3,8 @@
 `main` is ``python -m ipykernel_launcher ARGS...`` after these, each a function of its own:
 
 - `limit_memory`: `Supervisor.memory_limit` as the worker's RLIMIT_DATA, before ipykernel is imported;
+- `jupyter_client_on_demand`: jupyter_client's package `__init__` (its clients, managers and
+  provisioners) runs when a name only it gives is first asked for, not as ipykernel starts;
 - `keep_debugger_out`: with `Supervisor.debugger` off, no debugpy, before ipykernel is imported;
 - `debugger_on_demand`: otherwise debugpy and pydevd are loaded when a frontend first uses the
   debugger, not as ipykernel starts (it imports no module that binds `signal.signal`);
@@ -34,6 +36,7 @@ from __future__ import annotations
 import builtins
 import ctypes
 import importlib
+import importlib.util
 import os
 import runpy
 import signal
@@ -124,6 +127,48 @@ _PYDEVD_NAMES = {"SuspendedFramesManager": "_pydevd_bundle.pydevd_suspended_fram
                  "_FramesTracker": "_pydevd_bundle.pydevd_suspended_frames",
                  "pydevd_frame_utils": "_pydevd_bundle.pydevd_frame_utils"}
 _PYDEVD_FIRST = "debugpy.server.api"
+
+
+def jupyter_client_on_demand() -> None:
+    """jupyter_client's package `__init__` runs when a name only it gives is first asked for, not as
+    ipykernel imports `jupyter_client.session`: it imports every client, manager, launcher and
+    provisioner of jupyter_client (importlib.metadata's entry points among them), none of which a
+    worker uses, 2.3 MiB of a worker's anonymous memory and 42 modules (2026-12-06). The package's
+    module is made from its own spec and given the names ipykernel takes from it (those of
+    `jupyter_client._version` and `jupyter_client.connect`, and `BlockingKernelClient`, which
+    `__init__` gives too); any other
+    name runs the real `__init__` in it, once, so a cell's `from jupyter_client import KernelManager`
+    (or `import *`) works as under plain ipykernel. Must run before anything imports jupyter_client;
+    where it is imported already, or not found, nothing changes."""
+    if "jupyter_client" in sys.modules:
+        return
+    spec = importlib.util.find_spec("jupyter_client")
+    if spec is None or spec.loader is None or spec.submodule_search_locations is None:
+        return
+    package = importlib.util.module_from_spec(spec)
+    sys.modules["jupyter_client"] = package
+    try:
+        given = [importlib.import_module(f"jupyter_client.{name}") for name in ("_version", "connect", "blocking")]
+    except Exception:  # a jupyter_client unlike 7 and 8: its own __init__, as it comes
+        for name in [n for n in sys.modules if n == "jupyter_client" or n.startswith("jupyter_client.")]:
+            del sys.modules[name]
+        return
+    version, connect, blocking = given
+    names = {name: getattr(version, name) for name in ("__version__", "protocol_version", "protocol_version_info",
+                                                       "version_info") if hasattr(version, name)}
+    names.update((name, getattr(connect, name)) for name in getattr(connect, "__all__", ()) if hasattr(connect, name))
+    # IPKernelApp's `blocking_class` (jupyter_client.connect's ConnectionFileMixin) is a trait whose
+    # default, "jupyter_client.BlockingKernelClient", is imported as the app is made.
+    names["BlockingKernelClient"] = blocking.BlockingKernelClient
+    package.__dict__.update(names)
+    loader = spec.loader
+
+    def __getattr__(name: str) -> Any:  # noqa: N807 — a module's own (PEP 562)
+        del package.__dict__["__getattr__"]
+        loader.exec_module(package)
+        return getattr(package, name)
+
+    package.__dict__["__getattr__"] = __getattr__
 
 
 def debugger_on_demand() -> bool:
@@ -727,6 +772,7 @@ def memory_error_says_why(limit: int) -> None:
 def main() -> None:
     """The worker: each change above, then ipykernel's own launcher with this process's arguments."""
     limit = limit_memory()
+    jupyter_client_on_demand()
     if not keep_debugger_out():
         debugger_on_demand()  # before anything imports `ipykernel.ipkernel`, which 6.29 has import debugpy
     interrupts_land()  # first of what patches ipykernel: `kernelbase` binds `signal.signal` as it is imported
