@@ -240,19 +240,24 @@ print(json.dumps(spent))
 """
 
 
-def _timed_in_cell(kc, call: str, n: int) -> list[float]:
-    msg_id = kc.execute(HOST_CALLS.format(n=n, call=call))
+def printed(kc, code: str, timeout: float = 120) -> str:
+    """What the cell `code` printed, once it has its idle and its reply."""
+    msg_id = kc.execute(code)
     text = ""
     while True:
-        msg = kc.get_iopub_msg(timeout=120)
+        msg = kc.get_iopub_msg(timeout=timeout)
         if msg["parent_header"].get("msg_id") != msg_id:
             continue
         if msg["msg_type"] == "stream":
             text += msg["content"]["text"]
         if msg["msg_type"] == "status" and msg["content"]["execution_state"] == "idle":
             break
-    _reply_to(kc, msg_id)
-    return json.loads(text)
+    _reply_to(kc, msg_id, timeout)
+    return text
+
+
+def _timed_in_cell(kc, call: str, n: int) -> list[float]:
+    return json.loads(printed(kc, HOST_CALLS.format(n=n, call=call)))
 
 
 def host_calls(kc, cells: int = 3) -> dict[str, float]:

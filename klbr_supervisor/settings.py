@@ -4,6 +4,8 @@ subclasses, so `Supervisor.cell_timeout` sets the trait declared here."""
 
 from __future__ import annotations
 
+import math
+
 from traitlets import Bool, Float, Int, List, TraitError, Unicode, validate
 from traitlets.config import LoggingConfigurable
 from traitlets.utils.bunch import Bunch
@@ -135,8 +137,8 @@ class SupervisorSettings(LoggingConfigurable):
     @validate("standby_idle_timeout", "standby_delay")
     def _not_negative(self, proposal: Bunch) -> float:
         value: float = proposal["value"]
-        if value < 0:
-            why = f"Supervisor.{proposal['trait'].name}: {value:g} is negative (seconds, 0 or more)"
+        if not 0 <= value < math.inf:
+            why = f"Supervisor.{proposal['trait'].name}: {value:g} is not a number of seconds, 0 or more"
             raise TraitError(why)
         return value
 

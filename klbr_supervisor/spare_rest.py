@@ -28,14 +28,17 @@ from .running import RunningCell
 
 
 class SpareRest:
-    def __init__(self, after: float, delay: float, *, last_cell: Callable[[], RunningCell | None],
-                 stop: Callable[[], None], start: Callable[[], None], log: logging.Logger):
+    def __init__(self, after: float, delay: float, *, kept: Callable[[], bool],
+                 last_cell: Callable[[], RunningCell | None], stop: Callable[[], None], start: Callable[[], None],
+                 log: logging.Logger):
         """`after`: the idle seconds before the spare rests (0: never); `delay`: seconds between the
-        cell that ends a rest and its spare's start; `last_cell()`: the last execute sent, ended
-        or not; `stop()` and `start()` stop the spare and start one if none is kept."""
+        cell that ends a rest and its spare's start; `kept()`: whether a spare is kept at all now
+        (`Supervisor.standby`, or the placement's default); `last_cell()`: the last execute sent,
+        ended or not; `stop()` and `start()` stop the spare and start one if none is kept."""
         self.after = after
         self.resting = False
         self._delay = delay
+        self._kept = kept
         self._last_cell = last_cell
         self._stop = stop
         self._start = start
@@ -58,9 +61,10 @@ class SpareRest:
         if not self.resting:
             return
         self.resting = False
-        self._log.info("a cell after the rest: the spare starts again in %g s", self._delay)
-        asyncio.get_running_loop().call_later(self._delay, self._start)
         self._arm(self.after)
+        if self._kept():
+            self._log.info("a cell after the rest: the spare starts again in %g s", self._delay)
+            asyncio.get_running_loop().call_later(self._delay, self._start)
 
     def _idle_since(self) -> float | None:
         """When the kernel went idle (the last cell's end, or the start); None while a cell runs."""
@@ -81,8 +85,8 @@ class SpareRest:
             self._arm(self.after)
             return
         idle = time.monotonic() - since
-        if idle < self.after:
-            self._arm(self.after - idle)
+        if idle < self.after or not self._kept():  # no spare kept: look again, the placement may change
+            self._arm(self.after - idle if idle < self.after else self.after)
             return
         self.resting = True
         self._log.info("no cell for %.0f s: the spare rests until the next cell", idle)

@@ -37,7 +37,7 @@ from .policy import Policy, Refusal
 from .running import RunningCell
 from .settings import SupervisorSettings
 from .spare_rest import SpareRest
-from .states import EndReason, SupervisorState
+from .states import HALTED, EndReason, SupervisorState
 from .store import Store
 from .succession import Succession
 from .targets.base import Given
@@ -85,8 +85,9 @@ class Supervisor(SupervisorSettings):
             launch=lambda spare: self._launch(spare=spare), record_start=self._record_start,
             standby=lambda: self.standby_on and not self.rest.resting, kill_grace=self.kill_grace,
             restart_window=self.restart_window)
-        self.rest = SpareRest(self.standby_idle_timeout, self.standby_delay, last_cell=lambda: self.cells.last,
-                              stop=self.succession.stop_spare, start=self.succession.ensure_spare, log=self.log)
+        self.rest = SpareRest(self.standby_idle_timeout, self.standby_delay, kept=lambda: self.standby_on,
+                              last_cell=lambda: self.cells.last, stop=self.succession.stop_spare,
+                              start=self.succession.ensure_spare, log=self.log)
         self._stopped = asyncio.Event()
         self._tasks: Tasks | None = None
         self._zmq: zmq.Context[zmq.Socket[bytes]] = zmq.Context.instance()
@@ -368,7 +369,9 @@ class Supervisor(SupervisorSettings):
         if spare is not None:
             return spare.state.shown
         if self.rest.resting:
-            return f"resting (no cell for {self.rest.after:g} s); the next cell starts it"
+            rests = f"resting (no cell for {self.rest.after:g} s)"
+            # Halted (a crash loop, a lost link), the next cell is refused: `%klbr restart` comes first.
+            return rests if self.succession.state in HALTED else f"{rests}; the next cell starts it"
         return "none"
 
     # -- from generations --------------------------------------------------------------------------

@@ -190,28 +190,29 @@ def _anon_mib(pid: int) -> float:
     return int(line.split()[1]) / 1024
 
 
-@pytest.mark.parametrize("where", ["local", "python"])
-def test_a_flood_of_output_leaves_its_memory_to_the_system_not_to_the_worker(where):
-    """Three cells that print 50 MiB each and three that print 100,000 lines: the worker's heap grew
-    past 100 MiB and kept it (glibc keeps what is freed), more than plain ipykernel's (61); a second
-    after the last one it is back near where it began (measured: 27 -> 51 MiB). On ipykernel 7, and
-    on 6.29 as a `python:` worker runs the bootstrap, as source text."""
-    options = [f"--Supervisor.placement=python:{OLDEST}"] if where == "python" else []
-    with start_kernel(extra_arguments=options) as (km, kc):
+def test_a_flood_of_output_leaves_its_memory_to_the_system_not_to_the_worker():
+    """Three cells that print 50 MiB each and three that print 100,000 lines: on ipykernel 7 the
+    worker's heap kept 41 to 78 MiB more than it began with (glibc keeps what is freed), more than
+    plain ipykernel's 25; a second after the last cell it is back to ~24 more (decision 74)."""
+    with start_kernel() as (km, kc):
         pid = worker_pid(kc)
         before = _anon_mib(pid)
         for _ in range(3):
             assert execute(kc, FLOOD, timeout=120)[0]["content"]["status"] == "ok"
             assert execute(kc, "for i in range(100_000):\n    print(i)", timeout=120)[0]["content"]["status"] == "ok"
-        until(lambda: _anon_mib(pid) < before + 40, 30, f"the worker's memory back below {before + 40:.0f} MiB")
+        until(lambda: _anon_mib(pid) < before + 30, 30, f"the worker's memory back below {before + 30:.0f} MiB")
         assert worker_pid(kc) == pid
 
 
 def test_without_malloc_trim_nothing_is_trimmed(monkeypatch):
-    """The portable way, as on a Mac: a C library without malloc_trim leaves ipykernel's execute as
-    it is (the worker's bootstrap), and the proxy's `give_back` says it could not."""
+    """The portable way, as on a Mac: a C library without malloc_trim, or a Python without ctypes,
+    leaves ipykernel's execute as it is (the worker's bootstrap), and the proxy's `give_back` says it
+    could not."""
     execute_request = IPythonKernel.execute_request
     bootstrap.memory_back_after_floods(libc=object())
+    assert IPythonKernel.execute_request is execute_request
+    monkeypatch.setitem(sys.modules, "ctypes", None)  # a Python built without _ctypes: its workers still start
+    bootstrap.memory_back_after_floods()
     assert IPythonKernel.execute_request is execute_request
     assert heap.give_back() is True  # glibc, here
     monkeypatch.setattr(heap, "_TRIM", None)

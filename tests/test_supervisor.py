@@ -128,7 +128,8 @@ def test_a_supervisor_serves_replaces_a_lost_worker_and_shuts_down_with_no_proxy
     assert _children() <= before, "a process the supervisor started is still running"
 
 
+@pytest.mark.parametrize("value", [-1.0, float("nan"), float("inf")], ids=["negative", "nan", "inf"])
 @pytest.mark.parametrize("setting", ["standby_idle_timeout", "standby_delay"])
-def test_a_negative_standby_time_is_refused_by_name(setting):
-    with pytest.raises(TraitError, match=rf"^Supervisor\.{setting}: -1 is negative \(seconds, 0 or more\)$"):
-        Supervisor(Recorder(), session=Session(key=b"k", username="kernel"), **{setting: -1.0})
+def test_a_standby_time_that_is_no_number_of_seconds_is_refused_by_name(setting, value):
+    with pytest.raises(TraitError, match=rf"^Supervisor\.{setting}: {value:g} is not a number of seconds, 0 or more$"):
+        Supervisor(Recorder(), session=Session(key=b"k", username="kernel"), **{setting: value})

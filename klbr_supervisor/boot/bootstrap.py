@@ -34,7 +34,6 @@ read for 6.29 to 7.x (the range pyproject admits); what it finds missing it leav
 from __future__ import annotations
 
 import builtins
-import ctypes
 import importlib
 import importlib.util
 import os
@@ -414,12 +413,14 @@ def memory_back_after_floods(libc: Any = None) -> None:
     block near its top lives: after three cells that printed 50 MiB and 100,000 lines each, the
     worker held 101 MiB of anonymous memory, and 51 after a trim (2026-12-06). Only after an execute
     during which a stream flushed by size (256 KiB written): a trivial cell pays nothing. Where the C
-    library has no `malloc_trim` (macOS), nothing changes."""
-    if libc is None:
-        libc = ctypes.CDLL(None)
+    library has no `malloc_trim` (macOS), or Python has no ctypes, nothing changes."""
     try:
+        if libc is None:
+            import ctypes  # noqa: PLC0415 — here only: a Python built without _ctypes runs its workers too
+
+            libc = ctypes.CDLL(None)
         trim = libc.malloc_trim
-    except AttributeError:
+    except (ImportError, OSError, AttributeError):
         return
     kernel: Any = getattr(_ipykernel("ipykernel.ipkernel"), "IPythonKernel", None)
     execute = getattr(kernel, "execute_request", None)
