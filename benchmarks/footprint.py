@@ -94,9 +94,15 @@ def one(name: str) -> dict[str, dict[str, float]]:
 
 
 def workers(km: KernelManager) -> int:
-    """How many worker processes a klbr kernel has running (the one serving, and a spare)."""
-    return sum(1 for child in psutil.Process(km.provisioner.process.pid).children()
-               if "klbr_supervisor.boot.worker" in child.cmdline() and child.status() != psutil.STATUS_ZOMBIE)
+    """How many worker processes a klbr kernel has running (the one serving, and a spare); one that
+    has ended (a zombie until the kernel reaps it, or gone) is not counted."""
+    count = 0
+    for child in psutil.Process(km.provisioner.process.pid).children():
+        try:
+            count += child.status() != psutil.STATUS_ZOMBIE and "klbr_supervisor.boot.worker" in child.cmdline()
+        except psutil.NoSuchProcess:  # ZombieProcess too
+            continue
+    return count
 
 
 def rested(km: KernelManager, timeout: float) -> None:

@@ -328,9 +328,15 @@ def test_a_loss_while_idle_is_told_at_the_top_of_the_next_cell():
 
 
 def _workers(km) -> list[int]:
-    """The kernel's live worker processes, oldest first."""
-    found = [p for p in psutil.Process(km.provisioner.process.pid).children()
-             if "klbr_supervisor.boot.worker" in p.cmdline() and p.status() != psutil.STATUS_ZOMBIE]
+    """The kernel's live worker processes, oldest first (one that has ended, a zombie until the
+    kernel reaps it, or gone meanwhile, is not)."""
+    found = []
+    for p in psutil.Process(km.provisioner.process.pid).children():
+        try:
+            if p.status() != psutil.STATUS_ZOMBIE and "klbr_supervisor.boot.worker" in p.cmdline():
+                found.append(p)
+        except psutil.NoSuchProcess:  # ZombieProcess too
+            continue
     return [p.pid for p in sorted(found, key=lambda p: p.create_time())]
 
 
