@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from klbr_supervisor.boot.agent_launch import AGENT, READ_FIRST_LINE, first_line
 from klbr_supervisor.boot.worker import BOOTSTRAP, NOTICE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -148,3 +149,17 @@ def test_the_reaper_at_its_pipes_end_kills_its_groups_runs_its_commands_and_remo
     assert reaper.wait(timeout=60) == 0
     assert sleeper.wait(timeout=10) == -9
     assert kept.exists() and not forgotten.exists() and not runtime.exists()
+
+
+def test_an_agent_that_cannot_start_its_kernel_leaves_nothing_where_it_ran(tmp_path):
+    """ssh binds the host channel's socket on the remote as it connects, before the agent runs; an
+    agent on an interpreter without ipykernel said so and left that socket in the remote's /tmp, one
+    per failed generation (a placement without ipykernel: one per cell)."""
+    socket = tmp_path / "klbr-agent.host"
+    socket.touch()  # as sshd's listener leaves its path
+    start = {"start": {"dir": str(tmp_path / "klbr-agent"), "host_socket": str(socket), "channels": {}}}
+    done = subprocess.run([*BARE, "-c", READ_FIRST_LINE], input=first_line(AGENT) + json.dumps(start) + "\n",
+                          capture_output=True, text=True, timeout=60, check=False)
+    assert done.returncode == 0, done.stderr
+    assert "has no ipykernel" in json.loads(done.stdout)["failed"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == []

@@ -10,13 +10,14 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
+import tempfile
 from pathlib import Path
 
 import pytest
 from jupyter_client.session import Session
 from traitlets import TraitError
 
-from klbr_supervisor.states import EndReason
+from klbr_supervisor.states import EndReason, SupervisorState
 from klbr_supervisor.supervisor import Supervisor
 
 TIMEOUT = 120  # seconds for anything to happen, on a loaded machine
@@ -133,3 +134,18 @@ def test_a_supervisor_serves_replaces_a_lost_worker_and_shuts_down_with_no_proxy
 def test_a_standby_time_that_is_no_number_of_seconds_is_refused_by_name(setting, value):
     with pytest.raises(TraitError, match=rf"^Supervisor\.{setting}: {value:g} is not a number of seconds, 0 or more$"):
         Supervisor(Recorder(), session=Session(key=b"k", username="kernel"), **{setting: value})
+
+
+def test_the_standby_row_says_what_starts_a_resting_spare(tmp_path, monkeypatch):
+    """A resting spare comes back with the next cell, unless cells are refused (a crash loop, a lost
+    link): then `%klbr restart` comes first, and the row does not promise the next cell. With no
+    spare kept at all, it says off."""
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # where the supervisor makes its runtime directory
+    supervisor = Supervisor(Recorder(), session=Session(key=b"k", username="kernel"), standby_idle_timeout=600)
+    supervisor.rest.resting = True
+    assert supervisor.status()["standby"] == "resting (no cell for 600 s); the next cell starts it"
+    supervisor.succession.set_state(SupervisorState.HANDING_OVER, "a test")
+    supervisor.succession.set_state(SupervisorState.CRASH_LOOP, "a test")
+    assert supervisor.status()["standby"] == "resting (no cell for 600 s)"
+    supervisor.standby = False
+    assert supervisor.status()["standby"] == "off"

@@ -144,6 +144,19 @@ def main() -> None:
         return
     assert isinstance(line, str)  # a "line" event carries its line
     start = json.loads(line)["start"]
+    try:
+        _serve(start, events)
+    finally:
+        if start.get("host_socket"):
+            try:
+                os.unlink(start["host_socket"])  # sshd binds it as ssh connects, and leaves it behind
+            except OSError:
+                pass
+
+
+def _serve(start: dict[str, Any], events: queue.Queue[tuple[str, str | int | None]]) -> None:
+    """Run the kernel `start` asks for until it exits, stdin ends or the lease runs out, or say
+    why it cannot start; its directory goes with it."""
     if start.get("memory_limit"):  # the bootstrap sets it, as a local one does (`worker.MEMORY_LIMIT`)
         os.environ["KLBR_MEMORY_LIMIT"] = str(start["memory_limit"])
     where = start["dir"]
@@ -207,11 +220,6 @@ def main() -> None:
         if proc is not None:
             _killpg(proc.pid, signal.SIGKILL)
         shutil.rmtree(where, ignore_errors=True)
-        if start.get("host_socket"):
-            try:
-                os.unlink(start["host_socket"])  # sshd may leave its listener's path behind
-            except OSError:
-                pass
 
 
 if __name__ == "__main__":
