@@ -223,7 +223,7 @@ def test_without_malloc_trim_nothing_is_trimmed(monkeypatch):
 def test_a_worker_runs_jupyter_clients_package_init_only_when_a_cell_asks_for_it(where):
     """jupyter_client's managers, launcher and provisioners (importlib.metadata's entry points among
     them) stay out of a worker at rest (2.2 MiB), and a cell that asks for any of them gets them as
-    under plain ipykernel: by name, by `import *`, and reloaded."""
+    under plain ipykernel: from threads at once, by name, by `import *`, and reloaded."""
     options = [f"--Supervisor.placement=python:{OLDEST}"] if where == "python" else []
     with start_kernel(extra_arguments=options) as (km, kc):
         loaded = "sorted(m for m in __import__('sys').modules if m.startswith(('jupyter_client.', 'importlib.metadata')))"
@@ -231,6 +231,15 @@ def test_a_worker_runs_jupyter_clients_package_init_only_when_a_cell_asks_for_it
         assert "jupyter_client.session" in at_rest and "jupyter_client.connect" in at_rest
         assert not any(m.startswith(("jupyter_client.manager", "jupyter_client.provisioning", "importlib.metadata"))
                        for m in at_rest), at_rest
+        # Sixteen threads asking at once: each waits for the one that runs `__init__` (before, some
+        # were told there was no such attribute while it ran).
+        threads = ("import threading, jupyter_client\nasked = []\n"
+                   "def ask():\n    try:\n        asked.append(jupyter_client.MultiKernelManager.__name__)\n"
+                   "    except AttributeError as e:\n        asked.append(str(e))\n"
+                   "ts = [threading.Thread(target=ask) for _ in range(16)]\n"
+                   "for t in ts:\n    t.start()\nfor t in ts:\n    t.join()\n")
+        assert execute(kc, threads)[0]["content"]["status"] == "ok"
+        assert value(kc, "sorted(set(asked))") == ["MultiKernelManager"]
         code = ("from jupyter_client import KernelManager, launch_kernel, find_connection_file\n"
                 "import jupyter_client, importlib\n"
                 "(KernelManager().kernel_name, launch_kernel.__module__, jupyter_client.__version__ == "

@@ -135,8 +135,7 @@ def jupyter_client_on_demand() -> None:
     worker uses, 2.3 MiB of a worker's anonymous memory and 42 modules (2026-12-06). The package's
     module is made from its own spec and given the names ipykernel takes from it (those of
     `jupyter_client._version` and `jupyter_client.connect`, and `BlockingKernelClient`, which
-    `__init__` gives too); any other
-    name runs the real `__init__` in it, once, so a cell's `from jupyter_client import KernelManager`
+    `__init__` gives too); any other name runs the real `__init__` in it, once, so a cell's `from jupyter_client import KernelManager`
     (or `import *`) works as under plain ipykernel. Must run before anything imports jupyter_client;
     where it is imported already, or not found, nothing changes."""
     if "jupyter_client" in sys.modules:
@@ -160,12 +159,24 @@ def jupyter_client_on_demand() -> None:
     # default, "jupyter_client.BlockingKernelClient", is imported as the app is made.
     names["BlockingKernelClient"] = blocking.BlockingKernelClient
     package.__dict__.update(names)
-    loader = spec.loader
+    loader, lock, began = spec.loader, threading.RLock(), False
 
     def __getattr__(name: str) -> Any:  # noqa: N807 — a module's own (PEP 562)
-        del package.__dict__["__getattr__"]
-        loader.exec_module(package)
-        return getattr(package, name)
+        nonlocal began
+        # Another thread asking meanwhile waits for the first one's `__init__`; the `__init__` itself
+        # asking (`from . import kernelspec`) is told what is there so far, as a package being
+        # imported tells.
+        with lock:
+            if not began:
+                began = True
+                try:
+                    loader.exec_module(package)
+                finally:
+                    package.__dict__.pop("__getattr__", None)
+        if name in package.__dict__:
+            return package.__dict__[name]
+        why = f"module 'jupyter_client' has no attribute {name!r}"
+        raise AttributeError(why)
 
     package.__dict__["__getattr__"] = __getattr__
 
