@@ -93,6 +93,17 @@ def one(name: str) -> dict[str, dict[str, float]]:
         km.shutdown_kernel(now=True)
 
 
+def tree(km: KernelManager) -> list[int]:
+    """The kernel process and every process under it, by pid."""
+    kernel = psutil.Process(km.provisioner.process.pid)
+    return [kernel.pid, *(c.pid for c in kernel.children(recursive=True))]
+
+
+def tree_pss(km: KernelManager) -> float:
+    """What the kernel's tree adds to the machine: its processes' PSS, MiB."""
+    return sum(smaps(pid)["PSS"] for pid in tree(km))
+
+
 def workers(km: KernelManager) -> int:
     """How many worker processes a klbr kernel has running (the one serving, and a spare); one that
     has ended (a zombie until the kernel reaps it, or gone) is not counted."""
@@ -192,12 +203,9 @@ def many(n: int) -> dict[str, float]:
             if KINDS[kind] in RESTING:
                 for km in managers:
                     rested(km, 120)
-            pids = set()
-            for km in managers:
-                kernel = psutil.Process(km.provisioner.process.pid)
-                pids |= {kernel.pid, *(c.pid for c in kernel.children(recursive=True))}
-            totals[kind] = sum(smaps(pid)["PSS"] for pid in pids)
-        print(f"{n} idle {kind}: {totals[kind]:.0f} MiB PSS ({len(pids)} processes)", file=sys.stderr)
+            trees = [tree(km) for km in managers]
+            totals[kind] = sum(smaps(pid)["PSS"] for pids in trees for pid in pids)
+        print(f"{n} idle {kind}: {totals[kind]:.0f} MiB PSS ({sum(map(len, trees))} processes)", file=sys.stderr)
     return totals
 
 

@@ -23,10 +23,8 @@ import sys
 import time
 from pathlib import Path
 
-import psutil
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from footprint import kernelspecs, rested, smaps, workers  # benchmarks/ is no package
+from footprint import kernelspecs, rested, tree_pss, workers  # benchmarks/ is no package
 from measures import kernel, printed, run_cell, tree_cpu_s
 
 FATAL = "import os; os._exit(1)"
@@ -72,12 +70,6 @@ def _until(kc, state: str, timeout: float = 60) -> None:
         time.sleep(0.05)
 
 
-def _tree_pss(km) -> float:
-    kernel_pid = km.provisioner.process.pid
-    pids = [kernel_pid, *(c.pid for c in psutil.Process(kernel_pid).children(recursive=True))]
-    return sum(smaps(pid)["PSS"] for pid in pids)
-
-
 def round_of(figures: dict[str, list[float]]) -> None:
     with kernel("klbr") as (km, kc):
         run_cell(kc, "pass")
@@ -90,10 +82,10 @@ def round_of(figures: dict[str, list[float]]) -> None:
     with kernel(RESTING) as (km, kc):
         run_cell(kc, "pass")
         _until(kc, "ready")
-        figures["kernel tree PSS, spare ready (MiB)"].append(_tree_pss(km))
+        figures["kernel tree PSS, spare ready (MiB)"].append(tree_pss(km))
         _until(kc, "resting")
         rested(km, 60)
-        figures["kernel tree PSS, spare resting (MiB)"].append(_tree_pss(km))
+        figures["kernel tree PSS, spare resting (MiB)"].append(tree_pss(km))
         before = tree_cpu_s(km.provisioner.process.pid)
         run_cell(kc, "pass")
         _until(kc, "ready")

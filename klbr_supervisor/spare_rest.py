@@ -85,8 +85,11 @@ class SpareRest:
             self._arm(self.after)
             return
         idle = time.monotonic() - since
-        if idle < self.after or not self._kept():  # no spare kept: look again, the placement may change
-            self._arm(self.after - idle if idle < self.after else self.after)
+        if not self._kept():  # no spare to let go: look again later, the placement may change
+            self._arm(self.after)
+            return
+        if idle < self.after:
+            self._arm(self.after - idle)
             return
         self.resting = True
         self._log.info("no cell for %.0f s: the spare rests until the next cell", idle)
