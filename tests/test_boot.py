@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import ast
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
 
+import psutil
 import pytest
 
-from klbr_supervisor.boot.agent_launch import AGENT, READ_FIRST_LINE, first_line
+from klbr_supervisor.boot.agent_launch import AGENT, CHANNELS, READ_FIRST_LINE, first_line
 from klbr_supervisor.boot.worker import BOOTSTRAP, NOTICE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -163,3 +165,38 @@ def test_an_agent_that_cannot_start_its_kernel_leaves_nothing_where_it_ran(tmp_p
     assert done.returncode == 0, done.stderr
     assert "has no ipykernel" in json.loads(done.stdout)["failed"]
     assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("ending", [signal.SIGTERM, signal.SIGHUP])
+def test_an_agent_ended_from_outside_ends_its_kernel_and_leaves_nothing_where_it_ran(tmp_path, ending):
+    """A Slurm job step cancelled (``scancel``, its time limit, a preemption) gets SIGTERM, as a
+    container does from ``docker stop``: the agent died of it at once and left its directory (the
+    connection file with its key, the host client's files) and the host channel's socket in the
+    node's /tmp, one per cancelled job. It ends its kernel, removes both, then dies of that signal."""
+    socket = tmp_path / "klbr-agent.host"
+    socket.touch()  # as sshd's listener leaves its path
+    where = tmp_path / "klbr-agent"
+    start = {"start": {"dir": str(where), "host_socket": str(socket), "key": "k", "signature_scheme": "hmac-sha256",
+                       "bootstrap": BOOTSTRAP, "args": [], "channels": CHANNELS, "lease": 120}}
+    agent = subprocess.Popen([sys.executable, "-c", READ_FIRST_LINE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True)
+    try:
+        assert agent.stdin is not None and agent.stdout is not None  # pipes, as asked
+        agent.stdin.write(first_line(AGENT) + json.dumps(start) + "\n")
+        agent.stdin.flush()
+        started = json.loads(agent.stdout.readline())  # once the kernel's sockets exist
+        kernel = psutil.Process(started["started"])
+        assert (where / "kernel.json").exists()
+        agent.send_signal(ending)
+        _, said = agent.communicate(timeout=60)
+    finally:
+        agent.kill()
+    assert agent.returncode == -ending, said
+    assert f"klbr agent: ended by {ending.name}: ending its kernel" in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    try:
+        kernel.wait(timeout=30)  # gone, reaped by whoever adopted it
+    except psutil.TimeoutExpired:
+        assert kernel.status() == psutil.STATUS_ZOMBIE  # ended, left to an init that reaps no orphans
+    except psutil.NoSuchProcess:
+        pass

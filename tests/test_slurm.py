@@ -121,6 +121,9 @@ def test_the_scheduler_says_what_ended_a_job_when_srun_did_not(cluster, monkeypa
 def test_a_job_cancelled_from_outside_is_placement_lost_in_the_schedulers_words(tmp_path, cluster):
     with on_slurm(tmp_path, cluster) as (km, kc):
         job = value(kc, JOB)
+        # The agent's directory on the node (its connection file, with the key, beside its sockets)
+        agent_dir = os.path.dirname(value(kc, "__import__('ipykernel.connect').connect.get_connection_file()"))
+        assert os.path.basename(agent_dir).startswith("klbr-")
         msg_id = kc.execute("print('running', flush=True)\nimport time\ntime.sleep(120)")
         wait_for_stream(kc, msg_id)
         cluster.run("scancel", job)
@@ -128,6 +131,8 @@ def test_a_job_cancelled_from_outside_is_placement_lost_in_the_schedulers_words(
         content = reply["content"]
         assert content["ename"] == "PlacementLost", content
         assert "CANCELLED" in content["evalue"], content
+        # the step's SIGTERM ends the agent, which removes it first (it was left in the node's /tmp)
+        until(lambda: not os.path.exists(agent_dir), 30, f"{agent_dir} removed")
         reply, _ = execute(kc, "40 + 2")
         assert reply["content"]["ename"] == "PlacementLost"
         reply, outputs = execute(kc, "%klbr reconnect", timeout=60)

@@ -20,8 +20,10 @@ klbr installed there still wins); both go with the directory, and a forwarded so
 It makes a 0700 directory with the connection file (0600; ipc sockets beside it, which ssh forwards
 to the kernel's own runtime directory, or which a container shares through a mount), starts
 ipykernel in its own process group and relays signals to that group. It kills the group and removes
-the directory when the kernel exits, when stdin ends (what started it is gone), or when the lease runs
-out (a link that stalled): a lost link never leaves a kernel running past its lease.
+the directory when the kernel exits, when stdin ends (what started it is gone), when the lease runs
+out (a link that stalled), or when SIGTERM or SIGHUP ends the agent itself (a cancelled job step,
+``docker stop``), after which it dies of that signal: a lost link never leaves a kernel running past
+its lease, and an agent ended from outside leaves no directory behind.
 """
 
 from __future__ import annotations
@@ -38,6 +40,26 @@ import sys
 import threading
 import time
 from typing import Any
+
+
+class _Ended(BaseException):
+    """A signal that ends the agent (`ENDING`): raised where it waits, so what it made goes first."""
+
+    def __init__(self, signum: int):
+        super().__init__(signum)
+        self.signum = signum
+
+
+# What ends the agent from outside: a job step's cancel, time limit or preemption (SIGTERM, then
+# SIGKILL once the scheduler's grace is over), ``docker stop``, a terminal's hangup.
+ENDING = (signal.SIGTERM, signal.SIGHUP)
+
+
+def _ended(signum: int, _frame: object) -> None:
+    for sig in ENDING:
+        signal.signal(sig, signal.SIG_IGN)  # one at a time: the first one's cleanup runs to its end
+    sys.stderr.write(f"klbr agent: ended by {signal.Signals(signum).name}: ending its kernel\n")
+    raise _Ended(signum)
 
 
 def _say(**message: object) -> None:
@@ -224,4 +246,11 @@ def _serve(start: dict[str, Any], events: queue.Queue[tuple[str, str | int | Non
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    main()
+    for ending in ENDING:
+        signal.signal(ending, _ended)
+    try:
+        main()
+    except _Ended as ended:  # its kernel, directory and host socket are gone: now the agent, by that signal
+        signal.signal(ended.signum, signal.SIG_DFL)
+        os.kill(os.getpid(), ended.signum)
+        sys.exit(128 + ended.signum)  # as PID 1 of a container, which its own signal does not end
