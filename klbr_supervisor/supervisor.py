@@ -94,7 +94,7 @@ class Supervisor(SupervisorSettings):
         self._reaper: Reaper | None = None
         if first is not None and not first.matches(self, session.session):
             # The configuration (a config file, options only traitlets read) asks for another one.
-            self.log.info("the first worker started early is not the one configured: discarded")
+            self.log.info("the first worker started early is not the one configured: discarded (%s)", first)
             first.discard()
             first = None
         elif first is not None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import sqlite3
 import subprocess
@@ -171,6 +172,24 @@ def test_a_memory_limit_is_the_remote_workers_too(tmp_path, sshd):
         assert "its memory limit is 512 MiB (Supervisor.memory_limit)" in content["evalue"]
         assert value(kc, rlimit, timeout=60) == (limit, limit)
         assert status_row(kc, "generation").startswith("2")
+
+
+def test_an_ssh_started_early_and_not_wanted_leaves_nothing_on_the_remote(tmp_path, sshd):
+    """The ssh a kernelspec's placement starts before the proxy's imports is discarded when the
+    configuration asks for another start (a memory limit: the agent's start message has gone out
+    without it). Killed outright, it left the host channel's socket sshd had bound in the remote's
+    /tmp, one per kernel started: told by stdin's end, its agent removes it and its directory."""
+    log = tmp_path / "kernel.log"
+    with start_kernel(extra_arguments=[f"--Supervisor.placement={SPEC}", f"--Supervisor.ssh_options=-F{sshd.config}",
+                                       "--Supervisor.memory_limit=512M", "--KlbrKernelApp.log_level=INFO"],
+                      env={"KLBR_DB": str(tmp_path / "log.sqlite3")}, log=log) as (km, kc):
+        assert value(kc, "40 + 2", timeout=60) == 42
+        said = until(lambda: re.search(r"discarded \(ssh to \S+, pid (\d+), its agent's directory (\S+) there\)",
+                                       log.read_text()), 30, "the discard logged")
+        assert process_gone(int(said[1]), timeout=30)  # by itself once its agent is done (killed after 5 s)
+        remote_dir = said[2]
+        assert not os.path.exists(remote_dir) and not os.path.exists(f"{remote_dir}.host")
+        assert value(kc, "__import__('resource').getrlimit(__import__('resource').RLIMIT_DATA)[0]") == 512 << 20
 
 
 def test_options_for_workers_reach_the_remote_kernels_command_line(tmp_path, sshd):

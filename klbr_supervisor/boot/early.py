@@ -81,6 +81,9 @@ class Early:
         """Whether the configuration (config files included) asks for this very start."""
         raise NotImplementedError
 
+    def __str__(self) -> str:
+        return f"{type(self).__name__}, pid {self.process.pid}"
+
     def take(self) -> Self:
         """Handed over to the generation that adopts it: from now on it is that generation's, and
         `discard` leaves it alone."""
@@ -162,6 +165,10 @@ class EarlyAgent(Early):
         super().discard()
 
 
+# How long a discarded ssh has to end by itself (its agent told by stdin's end) before it is killed.
+DISCARD_GRACE = 5.0
+
+
 class EarlySsh(EarlyAgent):
     """The first generation's ssh (``--Supervisor.placement=ssh://…`` on the command line; `targets.ssh`
     adopts it)."""
@@ -170,6 +177,34 @@ class EarlySsh(EarlyAgent):
                  session_id: str):
         super().__init__(process, runtime_dir, session_id)
         self.launch = launch  # what it was started with
+
+    def __str__(self) -> str:
+        return f"ssh to {self.launch.placement}, pid {self.process.pid}, its agent's directory {self.launch.remote_dir} there"
+
+    def discard(self, at_exit: bool = False) -> None:
+        """Its agent has its start already, and the remote the host channel's socket sshd bound for it,
+        which only the agent can remove (sshd leaves it): told by stdin's end, the agent ends its
+        kernel and removes both its directory and that socket, and ssh ends with it. Killed after
+        `DISCARD_GRACE` (a stalled link): from a thread of its own, or, `at_exit`, here."""
+        if not self._held:
+            return
+        self._held = False
+        self._stop_renewing()
+        assert self.process.stdin is not None  # `agent_launch.spawn` gives it a stdin pipe
+        self.process.stdin.close()
+        if at_exit:  # threads are joined before atexit's functions run: none may start now
+            self._end_after_grace()
+        else:  # not a daemon: an exit meanwhile waits for it
+            import threading  # noqa: PLC0415 — imported already, by `EarlyAgent`
+
+            threading.Thread(target=self._end_after_grace, name="klbr-early-discard").start()
+
+    def _end_after_grace(self) -> None:
+        try:
+            self.process.wait(timeout=DISCARD_GRACE)
+        except subprocess.TimeoutExpired:
+            pass
+        leave_nothing(self.process, self.runtime_dir)
 
     def matches(self, settings: Configured, session_id: str) -> bool:
         launch = self.launch

@@ -238,8 +238,10 @@ def start(argv: list[str], client: dict[str, str] | None = None) -> Early | None
     args = [f"--Session.session={session_id}", *history_args(options), *debugger_args(debugger), *options]
     if spec:
         early = _start_agent(argv, info, runtime, session_id, args, client or {})
-        if early is not None:
-            atexit.register(early.discard)  # for a kernel that never gets as far as adopting it
+        if isinstance(early, EarlySsh):
+            atexit.register(early.discard, at_exit=True)  # for a kernel that never gets as far as adopting it
+        elif early is not None:
+            atexit.register(early.discard)
         return early
     worker = {
         "transport": "ipc", "ip": os.path.join(runtime, "gen1"),
