@@ -12,7 +12,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +32,7 @@ from measures import (
     rotated,
     rss_mib,
     run_cell,
+    scratch_dir,
     startup,
     store_cost,
     trivial_cells,
@@ -122,7 +122,7 @@ def placed_round(prefix: str, kernels: dict[str, str], args, r: int, code: str, 
 def _bench_kernelspecs(sshd: Sshd) -> str:
     """A second kernelspec for plain ipykernel (so the A/A line compares two identical kernels), and
     the two of EXPLAIN."""
-    root = tempfile.mkdtemp(prefix="klbr-bench-")
+    root = scratch_dir(prefix="klbr-bench-")
     ipykernel = [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]
     forwarder = [sys.executable, str(Path(__file__).with_name("forwarder.py")), "-f", "{connection_file}"]
     # klbr whose workers are a kernelspec (plain ipykernel): fresh key per generation, re-signed.
@@ -173,9 +173,9 @@ def main() -> None:
     # klbr records every cell, as it does for a user, but into a file of the run's own: never the
     # user's cell log (one another klbr has migrated would leave the bench's kernels unrecorded, and
     # faster than they are).
-    os.environ.setdefault("KLBR_DB", os.path.join(tempfile.mkdtemp(prefix="klbr-bench-log-"), "klbr.sqlite3"))
+    os.environ.setdefault("KLBR_DB", os.path.join(scratch_dir(prefix="klbr-bench-log-"), "klbr.sqlite3"))
     with ExitStack() as stack:
-        sshd = Sshd(Path(tempfile.mkdtemp(prefix="klbr-bench-sshd-")))
+        sshd = Sshd(Path(scratch_dir(prefix="klbr-bench-sshd-")))
         stack.callback(sshd.stop)
         dockerd = Dockerd()
         stack.callback(dockerd.stop)
@@ -252,7 +252,7 @@ def run(args, sshd: Sshd, dockerd: Dockerd, image: str, cluster: Cluster) -> Non
             add("klbr", measure, value)
         for label, name in order.items():  # `%klbr rebuild` on klbr; the same cells run directly on the others
             add(label, REBUILD, rebuild_cost(label, name))
-        tmp = tempfile.mkdtemp(prefix="klbr-bench-nb-")
+        tmp = scratch_dir(prefix="klbr-bench-nb-")
         for label, name in order.items():
             add(label, "nbclient, 100-cell notebook (s)", nbclient_100(name, tmp))
         # One sample of each, taken one after the other, was as noisy as its A/A line (0.82x-0.87x):
@@ -263,7 +263,7 @@ def run(args, sshd: Sshd, dockerd: Dockerd, image: str, cluster: Cluster) -> Non
 
     memory = ""
     if not args.engines_only:
-        for measure, value in million_cell_listing(tempfile.mkdtemp(prefix="klbr-bench-db-")).items():
+        for measure, value in million_cell_listing(scratch_dir(prefix="klbr-bench-db-")).items():
             add("klbr", measure, value)
         # What each kernel's processes hold (footprint.py), one kernel at a time so none shares pages with another.
         memory = footprint.table(footprint.measure(args.footprint_rounds))

@@ -20,7 +20,6 @@ import argparse
 import os
 import statistics
 import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from pathlib import Path
@@ -30,7 +29,7 @@ from jupyter_client.manager import KernelManager
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from footprint import kernelspecs  # benchmarks/ is no package
-from measures import cell_log, run_cell, tree_cpu_s
+from measures import cell_log, run_cell, scratch_dir, tree_cpu_s
 
 KINDS = {"klbr": "klbr", "ipykernel": "python3", "ipykernel A/A": "python3-aa"}
 
@@ -50,7 +49,7 @@ def tree_cpu(pid: int) -> float:
 
 def run(cells: int, warmup: int, block: int, idle: float, settle: float, db: str | None,
         as_bench: bool, extra: list[str]) -> dict[str, dict[str, float]]:
-    env = {**os.environ, "KLBR_DB": db or str(Path(tempfile.mkdtemp(prefix="klbr-harness-"), "klbr.sqlite3"))}
+    env = {**os.environ, "KLBR_DB": db or str(Path(scratch_dir(prefix="klbr-harness-"), "klbr.sqlite3"))}
     with ExitStack() as stack:
         running = {}
         for label, name in KINDS.items():
@@ -118,7 +117,7 @@ def main() -> None:
     args = ap.parse_args()
     kernelspecs()
     if args.log_cells:
-        args.db = str(Path(tempfile.mkdtemp(prefix="klbr-harness-log-"), "klbr.sqlite3"))
+        args.db = str(Path(scratch_dir(prefix="klbr-harness-log-"), "klbr.sqlite3"))
         cell_log(args.db, args.log_cells)
         print(f"a log of {args.log_cells} cells: {Path(args.db).stat().st_size / 2**20:.0f} MiB", file=sys.stderr)
     runs = [run(args.cells, args.warmup, args.block, args.idle, args.settle, args.db, args.as_bench, args.arg) for _ in range(args.runs)]

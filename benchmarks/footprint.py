@@ -26,7 +26,6 @@ import os
 import platform
 import statistics
 import sys
-import tempfile
 import time
 from contextlib import ExitStack
 from datetime import UTC, datetime
@@ -36,7 +35,7 @@ import psutil
 from jupyter_client.manager import KernelManager
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from measures import pid_of_worker, run_cell  # benchmarks/ is no package
+from measures import pid_of_worker, run_cell, scratch_dir  # benchmarks/ is no package
 
 KINDS = {"klbr": "klbr", "klbr, standby off": "klbr-bench-nostandby",
          "klbr, debugger off": "klbr-bench-nodebugger", "klbr, debugger and standby off": "klbr-bench-lean",
@@ -131,7 +130,7 @@ def kernelspecs() -> None:
     JUPYTER_PATH entry (compare.py may have made python3-aa already; a second copy does no harm),
     and a cell log of the run's own unless KLBR_DB names one: the user's may be one this klbr
     cannot open (a newer schema), and a kernel without its store holds less."""
-    root = Path(tempfile.mkdtemp(prefix="klbr-footprint-"))
+    root = Path(scratch_dir(prefix="klbr-footprint-"))
     os.environ.setdefault("KLBR_DB", str(root / "klbr.sqlite3"))
     klbr = [sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}"]
     specs = {"klbr-bench-nostandby": [*klbr, "--Supervisor.standby=False"],

@@ -4,11 +4,14 @@ rounds, interleaved, and makes the tables."""
 from __future__ import annotations
 
 import asyncio
+import atexit
 import glob
 import json
 import os
+import shutil
 import sqlite3
 import statistics
+import tempfile
 import threading
 import time
 from contextlib import ExitStack, contextmanager
@@ -24,6 +27,14 @@ from klbr_supervisor.store.schema import migrate
 
 # klbr with its cell log unavailable: the difference to "klbr" is what the store costs per cell.
 UNRECORDED = {"KLBR_DB": "/proc/klbr-benchmark-no-store/klbr.sqlite3"}
+
+
+def scratch_dir(prefix: str) -> str:
+    """A temporary directory for this run (kernelspecs, cell logs of thousands of cells), removed as
+    the run ends: `make bench` left ~200 MiB in /tmp a run."""
+    path = tempfile.mkdtemp(prefix=prefix)
+    atexit.register(shutil.rmtree, path, ignore_errors=True)
+    return path
 
 
 @contextmanager

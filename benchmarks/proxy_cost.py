@@ -34,20 +34,19 @@ import shutil
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
 from jupyter_client.manager import KernelManager
 
-from measures import kernel, process_cpu_ns, rotated, run_cell
+from measures import kernel, process_cpu_ns, rotated, run_cell, scratch_dir
 
 
 def kernelspecs(placement: str | None) -> None:
     """On JUPYTER_PATH: klbr as this run asks for it (`klbr-cost`), a copy of plain ipykernel
     (`python3-aa`, for `kernelspec:python3-aa`) and the hop floor (`klbr-cost-floor`)."""
-    root = Path(tempfile.mkdtemp(prefix="klbr-proxy-cost-specs-"))
+    root = Path(scratch_dir(prefix="klbr-proxy-cost-specs-"))
     klbr = [sys.executable, "-m", "klbr_kernel", "-f", "{connection_file}"]
     for name, argv in (("klbr-cost", klbr + ([f"--Supervisor.placement={placement}"] if placement else [])),
                        ("python3-aa", [sys.executable, "-m", "ipykernel_launcher", "-f", "{connection_file}"]),
@@ -129,7 +128,7 @@ def callgrind_mode(cells: int, warmup: int, placement: str | None) -> dict[str, 
     if shutil.which("valgrind") is None or control is None:
         msg = "valgrind is not installed: make bench-deps"
         raise SystemExit(msg)
-    workdir = Path(tempfile.mkdtemp(prefix="klbr-callgrind-"))
+    workdir = Path(scratch_dir(prefix="klbr-callgrind-"))
     try:
         with under_callgrind(workdir, placement) as (km, kc):
             pid = km.provisioner.process.pid
@@ -160,7 +159,7 @@ def main() -> None:
     kernelspecs(args.placement)
     # A cell log of its own: the default file may be another klbr's, of a schema this one cannot
     # write, and an unrecorded kernel would leave the store's cost out of the figure.
-    os.environ.setdefault("KLBR_DB", os.path.join(tempfile.mkdtemp(prefix="klbr-proxy-cost-"), "klbr.sqlite3"))
+    os.environ.setdefault("KLBR_DB", os.path.join(scratch_dir(prefix="klbr-proxy-cost-"), "klbr.sqlite3"))
     runs = []
     for _ in range(args.repeat):
         if args.callgrind:

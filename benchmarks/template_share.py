@@ -25,7 +25,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from jupyter_client.blocking import BlockingKernelClient
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from footprint import smaps
-from measures import run_cell
+from measures import run_cell, scratch_dir
 
 TEMPLATE = """
 import gc, importlib, json, os, sys, threading
@@ -69,7 +68,7 @@ def connection_file(root: Path, n: int) -> str:
 
 
 def one(kind: str, workers: int, preload: list[str]) -> dict[str, float]:
-    root = Path(tempfile.mkdtemp(prefix="klbr-template-"))
+    root = Path(scratch_dir(prefix="klbr-template-"))
     files = [connection_file(root, n) for n in range(workers)]
     if kind == "template":
         started = [subprocess.Popen([sys.executable, "-c", TEMPLATE, *files], start_new_session=True,  # noqa: S603 — this interpreter, our script
