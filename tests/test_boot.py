@@ -177,7 +177,9 @@ def test_an_agent_ended_from_outside_ends_its_kernel_and_leaves_nothing_where_it
     socket.touch()  # as sshd's listener leaves its path
     where = tmp_path / "klbr-agent"
     start = {"start": {"dir": str(where), "host_socket": str(socket), "key": "k", "signature_scheme": "hmac-sha256",
-                       "bootstrap": BOOTSTRAP, "args": [], "channels": CHANNELS, "lease": 120}}
+                       "bootstrap": BOOTSTRAP, "channels": CHANNELS, "lease": 120,
+                       # no parent poller: the kernel ends by the agent's hand or not at all
+                       "args": ["--IPKernelApp.parent_handle=0"]}}
     agent = subprocess.Popen([sys.executable, "-c", READ_FIRST_LINE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
@@ -192,7 +194,7 @@ def test_an_agent_ended_from_outside_ends_its_kernel_and_leaves_nothing_where_it
     finally:
         agent.kill()
     assert agent.returncode == -ending, said
-    assert f"klbr agent: ended by {ending.name}: ending its kernel" in said
+    assert f"klbr agent: ended by {ending.name}; its kernel ended with it" in said
     assert sorted(p.name for p in tmp_path.iterdir()) == []
     try:
         kernel.wait(timeout=30)  # gone, reaped by whoever adopted it

@@ -249,20 +249,28 @@ def test_a_config_file_that_asks_for_another_first_worker_is_honoured_and_the_ea
 
 def test_an_early_ssh_goes_with_a_kernel_that_dies_before_its_first_generation(tmp_path, sshd):
     """A config value the kernel cannot take ends it before any generation adopts the ssh started
-    for it: that ssh, its runtime directory and the remote kernel it started go with it."""
+    for it: that ssh, its runtime directory and the remote kernel it started go with it, and on the
+    remote its agent's directory and the host channel's socket sshd bound."""
     (tmp_path / "jupyter_klbr_config.py").write_text("c.Supervisor.link_timeout = 'soon'\n")
     (tmp_path / "tmp").mkdir()
     conn = tmp_path / "kernel.json"
     conn.write_text(json.dumps({"transport": "ipc", "ip": str(tmp_path / "k"), "shell_port": 1, "iopub_port": 2,
                                 "stdin_port": 3, "control_port": 4, "hb_port": 5, "key": "secret"}))
+    ssh = tmp_path / "ssh"  # ssh, saying what it was asked to forward
+    ssh.write_text(f'#!/bin/sh\nprintf "%s\\n" "$@" > {tmp_path / "ssh-args"}\nexec ssh "$@"\n')
+    ssh.chmod(0o755)
     done = subprocess.run([sys.executable, "-m", "klbr_kernel", "-f", str(conn), f"--Supervisor.placement={SPEC}",
-                           f"--Supervisor.ssh_options=-F{sshd.config}"], check=False, capture_output=True, text=True,
-                          timeout=120,
+                           f"--Supervisor.ssh_options=-F{sshd.config}", f"--Supervisor.ssh_command={ssh}"], check=False,
+                          capture_output=True, text=True, timeout=120,
                           env={**os.environ, "JUPYTER_CONFIG_DIR": str(tmp_path), "TMPDIR": str(tmp_path / "tmp")})
     assert done.returncode != 0 and "link_timeout" in done.stderr, done.stderr
     assert not list((tmp_path / "tmp").iterdir())
     until(lambda: not sshd.sessions() and not _remote_kernels(b"--HistoryManager.enabled=False"), 10,
           "the early ssh and its remote kernel end")
+    args = (tmp_path / "ssh-args").read_text().splitlines()
+    host_socket = args[args.index("-R") + 1].split(":")[0]
+    assert host_socket.startswith("/tmp/klbr-") and host_socket.endswith(".host")  # noqa: S108 — the remote's
+    assert not os.path.exists(host_socket) and not os.path.exists(host_socket.removesuffix(".host"))
 
 
 def test_the_early_launch_reads_the_command_line_as_traitlets_does():

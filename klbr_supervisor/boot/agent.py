@@ -39,27 +39,17 @@ import subprocess
 import sys
 import threading
 import time
-from typing import Any
-
-
-class _Ended(BaseException):
-    """A signal that ends the agent (`ENDING`): raised where it waits, so what it made goes first."""
-
-    def __init__(self, signum: int):
-        super().__init__(signum)
-        self.signum = signum
-
+from typing import TYPE_CHECKING, Any
 
 # What ends the agent from outside: a job step's cancel, time limit or preemption (SIGTERM, then
-# SIGKILL once the scheduler's grace is over), ``docker stop``, a terminal's hangup.
+# SIGKILL once the scheduler's grace is over), ``docker stop``, a terminal's hangup. Its handler only
+# queues it, for the agent to end as at stdin's end where it waits: a cleanup under way is never cut
+# short, nor a kernel left half started.
 ENDING = (signal.SIGTERM, signal.SIGHUP)
-
-
-def _ended(signum: int, _frame: object) -> None:
-    for sig in ENDING:
-        signal.signal(sig, signal.SIG_IGN)  # one at a time: the first one's cleanup runs to its end
-    sys.stderr.write(f"klbr agent: ended by {signal.Signals(signum).name}: ending its kernel\n")
-    raise _Ended(signum)
+if TYPE_CHECKING:  # a remote's Python may be older than klbr's: no `X | Y` at run time
+    # ("line", a line of stdin), ("eof", None) once it ends, ("exit", the kernel's exit status),
+    # ("ended", the signal of ENDING that came): a SimpleQueue, whose put a signal handler may call.
+    Events = queue.SimpleQueue[tuple[str, str | int | None]]
 
 
 def _say(**message: object) -> None:
@@ -151,32 +141,41 @@ def _connection(start: dict[str, Any], where: str) -> dict[str, Any]:
     return info
 
 
-def main() -> None:
-    # ("line", a line of stdin), ("eof", None) once it ends, ("exit", the kernel's exit status)
-    events: queue.Queue[tuple[str, str | int | None]] = queue.Queue()
+def main() -> int | None:
+    """Serve the start that comes first on stdin; the signal of `ENDING` that ended it, if one did."""
+    events: Events = queue.SimpleQueue()
+    ended: list[int] = []
+
+    def end(signum: int, _frame: object) -> None:
+        for sig in ENDING:
+            signal.signal(sig, signal.SIG_IGN)  # the first one ends it
+        ended.append(signum)
+        events.put(("ended", signum))
 
     def read() -> None:
         for line in sys.stdin:
             events.put(("line", line))
         events.put(("eof", None))
 
+    for sig in ENDING:
+        signal.signal(sig, end)
     threading.Thread(target=read, daemon=True).start()
     kind, line = events.get()
-    if kind != "line":
-        return
-    assert isinstance(line, str)  # a "line" event carries its line
-    start = json.loads(line)["start"]
-    try:
-        _serve(start, events)
-    finally:
-        if start.get("host_socket"):
-            try:
-                os.unlink(start["host_socket"])  # sshd binds it as ssh connects, and leaves it behind
-            except OSError:
-                pass
+    if kind == "line":
+        assert isinstance(line, str)  # a "line" event carries its line
+        start = json.loads(line)["start"]
+        try:
+            _serve(start, events)
+        finally:
+            if start.get("host_socket"):
+                try:
+                    os.unlink(start["host_socket"])  # sshd binds it as ssh connects, and leaves it behind
+                except OSError:
+                    pass
+    return ended[0] if ended else None
 
 
-def _serve(start: dict[str, Any], events: queue.Queue[tuple[str, str | int | None]]) -> None:
+def _serve(start: dict[str, Any], events: Events) -> None:
     """Run the kernel `start` asks for until it exits, stdin ends or the lease runs out, or say
     why it cannot start; its directory goes with it."""
     if start.get("memory_limit"):  # the bootstrap sets it, as a local one does (`worker.MEMORY_LIMIT`)
@@ -227,7 +226,7 @@ def _serve(start: dict[str, Any], events: queue.Queue[tuple[str, str | int | Non
             if kind == "exit":
                 _say(exited=value, oom_killed=_oom_kills() > oom_kills)
                 return
-            if kind == "eof":
+            if kind in ("eof", "ended"):
                 return
             assert isinstance(value, str)  # a "line" event carries its line
             try:
@@ -246,11 +245,9 @@ def _serve(start: dict[str, Any], events: queue.Queue[tuple[str, str | int | Non
 
 if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
-    for ending in ENDING:
-        signal.signal(ending, _ended)
-    try:
-        main()
-    except _Ended as ended:  # its kernel, directory and host socket are gone: now the agent, by that signal
-        signal.signal(ended.signum, signal.SIG_DFL)
-        os.kill(os.getpid(), ended.signum)
-        sys.exit(128 + ended.signum)  # as PID 1 of a container, which its own signal does not end
+    ending = main()
+    if ending is not None:  # its kernel, directory and host socket are gone: now the agent, by that signal
+        sys.stderr.write(f"klbr agent: ended by {signal.Signals(ending).name}; its kernel ended with it\n")
+        signal.signal(ending, signal.SIG_DFL)
+        os.kill(os.getpid(), ending)
+        sys.exit(128 + ending)  # as PID 1 of a container (`--init=false`), which its own signal does not end

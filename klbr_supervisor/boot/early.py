@@ -175,36 +175,12 @@ class EarlySsh(EarlyAgent):
 
     def __init__(self, launch: ssh_launch.Launch, process: subprocess.Popen[bytes], runtime_dir: str,
                  session_id: str):
+        import threading  # noqa: PLC0415 — imported already, by `EarlyAgent`
+
         super().__init__(process, runtime_dir, session_id)
         self.launch = launch  # what it was started with
-
-    def __str__(self) -> str:
-        return f"ssh to {self.launch.placement}, pid {self.process.pid}, its agent's directory {self.launch.remote_dir} there"
-
-    def discard(self, at_exit: bool = False) -> None:
-        """Its agent has its start already, and the remote the host channel's socket sshd bound for it,
-        which only the agent can remove (sshd leaves it): told by stdin's end, the agent ends its
-        kernel and removes both its directory and that socket, and ssh ends with it. Killed after
-        `DISCARD_GRACE` (a stalled link): from a thread of its own, or, `at_exit`, here."""
-        if not self._held:
-            return
-        self._held = False
-        self._stop_renewing()
-        assert self.process.stdin is not None  # `agent_launch.spawn` gives it a stdin pipe
-        self.process.stdin.close()
-        if at_exit:  # threads are joined before atexit's functions run: none may start now
-            self._end_after_grace()
-        else:  # not a daemon: an exit meanwhile waits for it
-            import threading  # noqa: PLC0415 — imported already, by `EarlyAgent`
-
-            threading.Thread(target=self._end_after_grace, name="klbr-early-discard").start()
-
-    def _end_after_grace(self) -> None:
-        try:
-            self.process.wait(timeout=DISCARD_GRACE)
-        except subprocess.TimeoutExpired:
-            pass
-        leave_nothing(self.process, self.runtime_dir)
+        self._ending = threading.Lock()  # a discard's end: its thread's, or the proxy's exit
+        self._ended = False
 
     def matches(self, settings: Configured, session_id: str) -> bool:
         launch = self.launch
@@ -213,6 +189,44 @@ class EarlySsh(EarlyAgent):
                 and not settings.memory_limit  # the agent gets it in the start message, already sent
                 and launch.args == [f"--Session.session={session_id}", *settings.worker_args,
                                     *settings.worker_options])
+
+    def __str__(self) -> str:
+        return f"ssh to {self.launch.placement}, pid {self.process.pid}, its agent's directory {self.launch.remote_dir} there"
+
+    def discard(self, at_exit: bool = False) -> None:
+        """Its agent has its start already, and the remote the host channel's socket sshd bound for it,
+        which only the agent can remove (sshd leaves it): told by stdin's end, the agent ends its
+        kernel and removes both its directory and that socket, and ssh ends with it. Killed after
+        `DISCARD_GRACE` (a stalled link): from a thread of its own, or, `at_exit`, here; an exit
+        meanwhile kills it at once rather than wait or leave it running."""
+        if not self._held:
+            return
+        self._held = False
+        self._stop_renewing()
+        assert self.process.stdin is not None  # `agent_launch.spawn` gives it a stdin pipe
+        self.process.stdin.close()
+        if at_exit:  # threads are joined before atexit's functions run: none may start now
+            self._end_after_grace()
+            return
+        import atexit  # noqa: PLC0415 — rare: an ssh started early and not wanted
+        import threading  # noqa: PLC0415 — imported already, by `EarlyAgent`
+
+        atexit.register(self._end)
+        threading.Thread(target=self._end_after_grace, name="klbr-early-discard", daemon=True).start()
+
+    def _end_after_grace(self) -> None:
+        try:
+            self.process.wait(timeout=DISCARD_GRACE)
+        except subprocess.TimeoutExpired:
+            pass
+        self._end()
+
+    def _end(self) -> None:
+        """Once, whoever comes first: the grace's end, or the proxy's (which waits for the other)."""
+        with self._ending:
+            if not self._ended:
+                self._ended = True
+                leave_nothing(self.process, self.runtime_dir)
 
 
 class EarlyDocker(EarlyAgent):
