@@ -25,6 +25,7 @@ from utils import (
     start_kernel,
     stream_text,
     until,
+    wait_for_stream,
     worker_pid,
 )
 
@@ -241,6 +242,38 @@ def test_shutdown_while_a_new_generation_is_starting_still_replies_at_once():
         assert reply["msg_type"] == "shutdown_reply"
         assert time.monotonic() - start < 3
         assert proxy.wait(timeout=5) == 0
+
+
+def test_a_second_shutdown_request_while_stopping_is_answered_too(tmp_path):
+    """A frontend that asks again (or two frontends at once): the second request came while the
+    first was stopping the kernel, and was answered InternalError (an illegal move of the proxy's
+    state, logged with its traceback). The worker here ignores SIGTERM, so the stop lasts its kill
+    grace, long enough for the second request to come while the proxy is stopping."""
+    log = tmp_path / "kernel.log"
+    with start_kernel(extra_arguments=["--Supervisor.kill_grace=5"], log=log) as (km, kc):
+        msg_id = kc.execute("import signal, time\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+                            "print('ignoring SIGTERM', flush=True)\ntime.sleep(600)")
+        wait_for_stream(kc, msg_id)
+        proxy = km.provisioner.process
+        first = kc.shutdown()
+        until(lambda: _status_of(kc, first) == "busy", 30, "the first shutdown_request under way")
+        second = kc.shutdown()
+        replies = {}
+        while len(replies) < 2:
+            reply = kc.control_channel.get_msg(timeout=60)
+            replies[reply["parent_header"]["msg_id"]] = reply
+        assert {msg_id: (r["msg_type"], r["content"]["status"]) for msg_id, r in replies.items()} == {
+            first: ("shutdown_reply", "ok"), second: ("shutdown_reply", "ok")}
+        assert proxy.wait(timeout=60) == 0
+    assert "InternalError" not in log.read_text() and "Traceback" not in log.read_text()
+
+
+def _status_of(kc, msg_id: str) -> str | None:
+    """The execution state the next iopub message says for `msg_id`, if it is a status of it."""
+    msg = kc.get_iopub_msg(timeout=30)
+    if msg["msg_type"] == "status" and msg["parent_header"].get("msg_id") == msg_id:
+        return msg["content"]["execution_state"]
+    return None
 
 
 def test_shutdown_answers_a_cell_whose_outcome_is_still_committing(tmp_path):

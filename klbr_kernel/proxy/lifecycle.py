@@ -60,7 +60,14 @@ class Lifecycle:
 
     async def shutdown(self, req: Request | None) -> None:
         """Shutdown wins (semantics 13): workers end at once, nothing respawns, then the reply.
-        `req` is None for a SIGTERM. Whatever fails on the way, the kernel still stops."""
+        `req` is None for a SIGTERM. Whatever fails on the way, the kernel still stops. A second
+        shutdown_request (a frontend that asks again, one while another frontend's runs) is
+        answered at once: the first one is stopping the kernel."""
+        if not self.serving:
+            if req is not None:
+                self._brackets.busy(req)
+                self._shutdown_reply(req)
+            return
         self._life.move(ProxyState.STOPPING, f"shutdown_request {req.msg_id}" if req is not None else "SIGTERM")
         try:
             if req is not None:
@@ -73,11 +80,15 @@ class Lifecycle:
                 for r in pending:
                     self._boundary.guard(r, self._own.abort, r)  # one that fails costs itself, not the others
                 if req is not None:
-                    content = {"status": "ok", "restart": bool(req.content.get("restart", False))}
-                    req.move(Phase.ANSWERED)
-                    self._brackets.own(req, content)
-                    self._frontend.send_iopub("shutdown_reply", content, req.header)
-                    req.move(Phase.DONE)
+                    self._shutdown_reply(req)
             finally:
                 self._life.move(ProxyState.STOPPED, "everything is answered")
                 self.stopped.set()
+
+    def _shutdown_reply(self, req: Request) -> None:
+        """The reply on control, and its copy on iopub, as ipykernel sends them."""
+        content = {"status": "ok", "restart": bool(req.content.get("restart", False))}
+        req.move(Phase.ANSWERED)
+        self._brackets.own(req, content)
+        self._frontend.send_iopub("shutdown_reply", content, req.header)
+        req.move(Phase.DONE)
