@@ -11,12 +11,24 @@ import json
 import signal
 import subprocess
 import sys
+import threading
+from contextlib import contextmanager
 from pathlib import Path
 
 import psutil
 import pytest
 
-from klbr_supervisor.boot.agent_launch import AGENT, CHANNELS, READ_FIRST_LINE, first_line
+from klbr_kernel import client_package
+from klbr_supervisor.boot.agent_launch import (
+    AGENT,
+    CHANNELS,
+    PIPE_CAPACITY,
+    READ_FIRST_LINE,
+    first_line,
+    spawn,
+    start_line,
+)
+from klbr_supervisor.boot.groups import end_process
 from klbr_supervisor.boot.worker import BOOTSTRAP, NOTICE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -167,38 +179,91 @@ def test_an_agent_that_cannot_start_its_kernel_leaves_nothing_where_it_ran(tmp_p
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
-@pytest.mark.parametrize("ending", [signal.SIGTERM, signal.SIGHUP])
-def test_an_agent_ended_from_outside_ends_its_kernel_and_leaves_nothing_where_it_ran(tmp_path, ending):
-    """A Slurm job step cancelled (``scancel``, its time limit, a preemption) gets SIGTERM, as a
-    container does from ``docker stop``: the agent died of it at once and left its directory (the
-    connection file with its key, the host client's files) and the host channel's socket in the
-    node's /tmp, one per cancelled job. It ends its kernel, removes both, then dies of that signal."""
+@contextmanager
+def _agent_serving(tmp_path):
+    """An agent here, its kernel started (no parent poller: the kernel ends by the agent's hand or
+    not at all), the host channel's socket as sshd leaves its path: the agent and its kernel."""
     socket = tmp_path / "klbr-agent.host"
-    socket.touch()  # as sshd's listener leaves its path
-    where = tmp_path / "klbr-agent"
-    start = {"start": {"dir": str(where), "host_socket": str(socket), "key": "k", "signature_scheme": "hmac-sha256",
-                       "bootstrap": BOOTSTRAP, "channels": CHANNELS, "lease": 120,
-                       # no parent poller: the kernel ends by the agent's hand or not at all
-                       "args": ["--IPKernelApp.parent_handle=0"]}}
+    socket.touch()
+    start = {"dir": str(tmp_path / "klbr-agent"), "host_socket": str(socket), "key": "k",
+             "signature_scheme": "hmac-sha256", "bootstrap": BOOTSTRAP, "channels": CHANNELS, "lease": 120,
+             "args": ["--IPKernelApp.parent_handle=0"]}
     agent = subprocess.Popen([sys.executable, "-c", READ_FIRST_LINE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
     try:
         assert agent.stdin is not None and agent.stdout is not None  # pipes, as asked
-        agent.stdin.write(first_line(AGENT) + json.dumps(start) + "\n")
+        agent.stdin.write(first_line(AGENT) + start_line(start))
         agent.stdin.flush()
         started = json.loads(agent.stdout.readline())  # once the kernel's sockets exist
-        kernel = psutil.Process(started["started"])
-        assert (where / "kernel.json").exists()
-        agent.send_signal(ending)
-        _, said = agent.communicate(timeout=60)
+        assert (tmp_path / "klbr-agent" / "kernel.json").exists()
+        yield agent, psutil.Process(started["started"])
     finally:
         agent.kill()
-    assert agent.returncode == -ending, said
-    assert f"klbr agent: ended by {ending.name}; its kernel ended with it" in said
-    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def _ended(kernel: psutil.Process) -> None:
     try:
         kernel.wait(timeout=30)  # gone, reaped by whoever adopted it
     except psutil.TimeoutExpired:
         assert kernel.status() == psutil.STATUS_ZOMBIE  # ended, left to an init that reaps no orphans
     except psutil.NoSuchProcess:
         pass
+
+
+@pytest.mark.parametrize("ending", [signal.SIGTERM, signal.SIGHUP])
+def test_an_agent_ended_from_outside_ends_its_kernel_and_leaves_nothing_where_it_ran(tmp_path, ending):
+    """A Slurm job step cancelled (``scancel``, its time limit, a preemption) gets SIGTERM, as a
+    container does from ``docker stop``: the agent died of it at once and left its directory (the
+    connection file with its key, the host client's files) and the host channel's socket in the
+    node's /tmp, one per cancelled job. It ends its kernel, removes both, then dies of that signal."""
+    with _agent_serving(tmp_path) as (agent, kernel):
+        agent.send_signal(ending)
+        _, said = agent.communicate(timeout=60)
+    assert agent.returncode == -ending, said
+    assert f"klbr agent: ended by {ending.name}; its kernel ended with it" in said
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+    _ended(kernel)
+
+
+@pytest.mark.parametrize("agent_too", [True, False], ids=["with its agent", "alone"])
+def test_a_kernel_ended_by_sigterm_is_its_exit_unless_its_agent_is_ended_too(tmp_path, agent_too):
+    """``scancel`` signals every process of the step: a kernel that died of it first was reported
+    as its exit, a WorkerLost with a new job for the next cell, where a cancelled step is a lost
+    placement (the scheduler's words, and no new job until the user asks). A kernel that dies of
+    SIGTERM alone is still its exit, reported."""
+    with _agent_serving(tmp_path) as (agent, kernel):
+        kernel.send_signal(signal.SIGTERM)
+        _ended(kernel)
+        said = ""
+        if agent_too:
+            agent.send_signal(signal.SIGTERM)
+        else:  # read with stdin still open: its end would end the agent too
+            assert agent.stdout is not None
+            said = agent.stdout.readline()
+        said += agent.communicate(timeout=60)[0]
+    if agent_too:
+        assert agent.returncode == -signal.SIGTERM and said == ""
+    else:
+        assert agent.returncode == 0 and json.loads(said) == {"exited": -signal.SIGTERM, "oom_killed": False}
+    assert sorted(p.name for p in tmp_path.iterdir()) == []
+
+
+def test_an_agents_start_goes_into_its_pipe_at_once_however_late_its_command_reads():
+    """ssh, srun and ``docker run -i`` read their stdin once connected. The agent's source and its
+    start (the worker's bootstrap, the host client's files) had grown to 77 KB, more than a pipe
+    takes: the proxy's loop waited on the write until the command read, and a signal meanwhile cut
+    the start short (a Slurm generation's agent failed on a JSON error). Compressed, both go at once."""
+    start = {"dir": "/tmp/klbr-0123456789abcdef", "key": "0" * 64, "signature_scheme": "hmac-sha256",  # noqa: S108
+             "bootstrap": BOOTSTRAP, "args": [], "channels": CHANNELS, "lease": 15.0, "client": client_package.files(),
+             "host": {"KLBR_HOST_ENDPOINT": "ipc:///tmp/klbr-0123456789abcdef.host"}}
+    assert len(first_line(AGENT) + json.dumps({"start": start})) > PIPE_CAPACITY  # what made it wait
+    assert len(first_line(AGENT) + start_line(start)) < PIPE_CAPACITY * 3 // 4  # room to grow
+    spawned: list[subprocess.Popen[bytes]] = []
+    writer = threading.Thread(target=lambda: spawned.append(spawn(["sleep", "120"], lambda: start)), daemon=True)
+    writer.start()
+    writer.join(timeout=60)  # a command that never reads: a write that waits for it never returns
+    try:
+        assert spawned, "the start waited for its command to read it"
+    finally:
+        for process in spawned:
+            end_process(process)

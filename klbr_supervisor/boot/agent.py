@@ -6,7 +6,8 @@ command executes (see `agent_launch`), so nothing of klbr needs to be installed 
 secret is in any command line. Then, on stdin, JSON lines: ``{"start": {...}}`` (its directory, the
 fresh key, the worker's bootstrap and arguments, the channels' ports, the lease, the memory limit or
 none, the kernel's working directory or none for the home directory, and for a kernel reached over TCP
-the address to listen on and its CurveZMQ keys), later ``{"lease": 1}`` (renewed every second) and
+the address to listen on and its CurveZMQ keys; as ``{"start_z": ...}``, zlib-compressed and base64:
+`agent_launch.start_line`), later ``{"lease": 1}`` (renewed every second) and
 ``{"signal": N}``. On stdout: ``{"started": PID}`` once the kernel's sockets exist (over TCP, with the
 ports it bound, read from the connection file ipykernel writes again once it has them), and ``{"exited": STATUS, "oom_killed": BOOL}`` if it exits (whether the kernel
 of its memory cgroup counted an OOM kill meanwhile: a container's limit); ``{"failed": TEXT}`` instead
@@ -28,6 +29,7 @@ its lease, and an agent ended from outside leaves no directory behind.
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import json
 import os
@@ -39,6 +41,7 @@ import subprocess
 import sys
 import threading
 import time
+import zlib
 from typing import TYPE_CHECKING, Any
 
 # What ends the agent from outside: a job step's cancel, time limit or preemption (SIGTERM, then
@@ -50,6 +53,26 @@ if TYPE_CHECKING:  # a remote's Python may be older than klbr's: no `X | Y` at r
     # ("line", a line of stdin), ("eof", None) once it ends, ("exit", the kernel's exit status),
     # ("ended", the signal of ENDING that came): a SimpleQueue, whose put a signal handler may call.
     Events = queue.SimpleQueue[tuple[str, str | int | None]]
+
+
+# A kernel that dies of these may have had them with the agent (a job step's cancel signals every
+# process of the step): its exit is reported only if none comes for the agent within `ENDED_TOO`.
+# Reported, it would be a WorkerLost, and the next cell a new job, where a cancelled step is a lost
+# placement for the user to take up again.
+OUTSIDE = (-signal.SIGTERM, -signal.SIGHUP)
+ENDED_TOO = 1.0
+
+
+def _ended_too(events: Events) -> bool:
+    """Whether the agent is ended too (a signal of `ENDING`, or stdin's end) within `ENDED_TOO`."""
+    deadline = time.monotonic() + ENDED_TOO
+    while True:
+        try:
+            kind, _ = events.get(timeout=max(0.0, deadline - time.monotonic()))
+        except queue.Empty:
+            return False
+        if kind in ("ended", "eof"):
+            return True
 
 
 def _say(**message: object) -> None:
@@ -163,7 +186,9 @@ def main() -> int | None:
     kind, line = events.get()
     if kind == "line":
         assert isinstance(line, str)  # a "line" event carries its line
-        start = json.loads(line)["start"]
+        message = json.loads(line)
+        start = json.loads(zlib.decompress(base64.b64decode(message["start_z"]))) if "start_z" in message \
+            else message["start"]
         try:
             _serve(start, events)
         finally:
@@ -224,7 +249,8 @@ def _serve(start: dict[str, Any], events: Events) -> None:
                     return
                 continue
             if kind == "exit":
-                _say(exited=value, oom_killed=_oom_kills() > oom_kills)
+                if not (value in OUTSIDE and _ended_too(events)):
+                    _say(exited=value, oom_killed=_oom_kills() > oom_kills)
                 return
             if kind in ("eof", "ended"):
                 return

@@ -8,9 +8,11 @@ The ``ssh://``, ``docker://`` and ``slurm://`` targets each build the command th
 
 from __future__ import annotations
 
+import base64
 import json
 import os
 import subprocess
+import zlib
 from collections.abc import Callable
 
 from .groups import end_process
@@ -23,12 +25,23 @@ READ_FIRST_LINE = "import sys;exec(sys.stdin.readline())"
 CHANNELS = {"shell": 1, "iopub": 2, "stdin": 3, "control": 4, "hb": 5}
 LINK_TIMEOUT = 15.0  # `Supervisor.link_timeout`'s default
 LEASE_EVERY = 1.0  # seconds between lease renewals
+# What a pipe takes before a write waits for its reader: Linux's default, macOS's for a large write.
+PIPE_CAPACITY = 65536
 HOST_ENDPOINT = "KLBR_HOST_ENDPOINT"
 
 
 def first_line(script: str) -> str:
     """The first line of stdin, which `READ_FIRST_LINE` runs: `script`, whole."""
     return f"exec(compile({script!r}, 'klbr', 'exec'))\n"
+
+
+def start_line(start: dict[str, object]) -> str:
+    """The agent's start message as the line after its source: compressed (the worker's bootstrap
+    and the host client's files are ~65 KB of text, ~20 KB so), so that both lines go into an
+    empty pipe at once: the command (ssh, srun, ``docker run``) reads its stdin only once it is
+    connected, and a write that waited for that would hold the proxy's loop."""
+    packed = base64.b64encode(zlib.compress(json.dumps(start).encode(), 9)).decode()
+    return json.dumps({"start_z": packed}) + "\n"
 
 
 def lease_of(link_timeout: float) -> float:
@@ -45,10 +58,11 @@ def spawn(argv: list[str], start: Callable[[], dict[str, object]], env: dict[str
         argv, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
         env=dict(os.environ) if env is None else env, start_new_session=True)
     try:
-        first = first_line(AGENT) + json.dumps({"start": start()}) + "\n"
+        first = memoryview((first_line(AGENT) + start_line(start())).encode())
         assert process.stdin is not None  # opened as a pipe just above
         try:
-            os.write(process.stdin.fileno(), first.encode())  # into an empty pipe: all of it, at once
+            while first:  # into an empty pipe: all of it at once (`PIPE_CAPACITY`), or else never cut short
+                first = first[os.write(process.stdin.fileno(), first):]
         except BrokenPipeError:
             pass  # it has ended already: its exit status and stderr say why
     except BaseException:
