@@ -30,6 +30,7 @@ from klbr_supervisor.boot.agent_launch import (
 )
 from klbr_supervisor.boot.groups import end_process
 from klbr_supervisor.boot.worker import BOOTSTRAP, NOTICE
+from utils import process_gone
 
 ROOT = Path(__file__).resolve().parent.parent
 BOOT = ROOT / "klbr_supervisor" / "boot"
@@ -180,7 +181,7 @@ def test_an_agent_that_cannot_start_its_kernel_leaves_nothing_where_it_ran(tmp_p
 
 
 @contextmanager
-def _agent_serving(tmp_path):
+def _agent_serving(tmp_path, agent_source: str = AGENT):
     """An agent here, its kernel started (no parent poller: the kernel ends by the agent's hand or
     not at all), the host channel's socket as sshd leaves its path: the agent and its kernel."""
     socket = tmp_path / "klbr-agent.host"
@@ -190,24 +191,25 @@ def _agent_serving(tmp_path):
              "args": ["--IPKernelApp.parent_handle=0"]}
     agent = subprocess.Popen([sys.executable, "-c", READ_FIRST_LINE], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                              stderr=subprocess.PIPE, text=True)
+    kernel = None
     try:
         assert agent.stdin is not None and agent.stdout is not None  # pipes, as asked
-        agent.stdin.write(first_line(AGENT) + start_line(start))
+        agent.stdin.write(first_line(agent_source) + start_line(start))
         agent.stdin.flush()
         started = json.loads(agent.stdout.readline())  # once the kernel's sockets exist
         assert (tmp_path / "klbr-agent" / "kernel.json").exists()
-        yield agent, psutil.Process(started["started"])
+        kernel = psutil.Process(started["started"])
+        yield agent, kernel
     finally:
         agent.kill()
+        if kernel is not None and kernel.is_running():
+            kernel.kill()  # a test that failed with it running: it has no poller to end it
 
 
 def _ended(kernel: psutil.Process) -> None:
-    try:
-        kernel.wait(timeout=30)  # gone, reaped by whoever adopted it
-    except psutil.TimeoutExpired:
-        assert kernel.status() == psutil.STATUS_ZOMBIE  # ended, left to an init that reaps no orphans
-    except psutil.NoSuchProcess:
-        pass
+    """Wait until `kernel` has ended: gone, or a zombie its parent (stopped, or an init that reaps no
+    orphans) has not reaped."""
+    assert process_gone(kernel.pid, timeout=30), f"the kernel {kernel.pid} still runs"
 
 
 @pytest.mark.parametrize("ending", [signal.SIGTERM, signal.SIGHUP])
@@ -220,7 +222,7 @@ def test_an_agent_ended_from_outside_ends_its_kernel_and_leaves_nothing_where_it
         agent.send_signal(ending)
         _, said = agent.communicate(timeout=60)
     assert agent.returncode == -ending, said
-    assert f"klbr agent: ended by {ending.name}; its kernel ended with it" in said
+    assert f"klbr agent: ended by {ending.name}; its kernel, if it had one, with it" in said
     assert sorted(p.name for p in tmp_path.iterdir()) == []
     _ended(kernel)
 
@@ -232,12 +234,15 @@ def test_a_kernel_ended_by_sigterm_is_its_exit_unless_its_agent_is_ended_too(tmp
     placement (the scheduler's words, and no new job until the user asks). A kernel that dies of
     SIGTERM alone is still its exit, reported."""
     with _agent_serving(tmp_path) as (agent, kernel):
-        kernel.send_signal(signal.SIGTERM)
-        _ended(kernel)
         said = ""
-        if agent_too:
+        if agent_too:  # both signals in before the agent runs again, however busy the machine
+            agent.send_signal(signal.SIGSTOP)
+            kernel.send_signal(signal.SIGTERM)
+            _ended(kernel)
             agent.send_signal(signal.SIGTERM)
+            agent.send_signal(signal.SIGCONT)
         else:  # read with stdin still open: its end would end the agent too
+            kernel.send_signal(signal.SIGTERM)
             assert agent.stdout is not None
             said = agent.stdout.readline()
         said += agent.communicate(timeout=60)[0]
@@ -248,6 +253,22 @@ def test_a_kernel_ended_by_sigterm_is_its_exit_unless_its_agent_is_ended_too(tmp
     assert sorted(p.name for p in tmp_path.iterdir()) == []
 
 
+def test_a_kernel_the_supervisor_stops_is_its_exit_at_once(tmp_path):
+    """A generation's stop relays SIGTERM to the kernel through the agent: that exit is the
+    supervisor's doing, reported at once, not held for an ending of the agent's own (every stop of
+    a remote kernel took a second longer). The hold made a minute long here, so that one shows."""
+    with _agent_serving(tmp_path, AGENT.replace("ENDED_TOO = 1.0", "ENDED_TOO = 60.0")) as (agent, kernel):
+        assert agent.stdin is not None and agent.stdout is not None
+        agent.stdin.write(json.dumps({"signal": int(signal.SIGTERM)}) + "\n")
+        agent.stdin.flush()
+        reported: list[str] = []
+        reader = threading.Thread(target=lambda: reported.append(agent.stdout.readline()), daemon=True)
+        reader.start()
+        reader.join(timeout=30)
+        assert reported and json.loads(reported[0]) == {"exited": -signal.SIGTERM, "oom_killed": False}
+        _ended(kernel)
+
+
 def test_an_agents_start_goes_into_its_pipe_at_once_however_late_its_command_reads():
     """ssh, srun and ``docker run -i`` read their stdin once connected. The agent's source and its
     start (the worker's bootstrap, the host client's files) had grown to 77 KB, more than a pipe
@@ -256,14 +277,18 @@ def test_an_agents_start_goes_into_its_pipe_at_once_however_late_its_command_rea
     start = {"dir": "/tmp/klbr-0123456789abcdef", "key": "0" * 64, "signature_scheme": "hmac-sha256",  # noqa: S108
              "bootstrap": BOOTSTRAP, "args": [], "channels": CHANNELS, "lease": 15.0, "client": client_package.files(),
              "host": {"KLBR_HOST_ENDPOINT": "ipc:///tmp/klbr-0123456789abcdef.host"}}
-    assert len(first_line(AGENT) + json.dumps({"start": start})) > PIPE_CAPACITY  # what made it wait
-    assert len(first_line(AGENT) + start_line(start)) < PIPE_CAPACITY * 3 // 4  # room to grow
+    assert len((first_line(AGENT) + json.dumps({"start": start})).encode()) > PIPE_CAPACITY  # what made it wait
+    assert len((first_line(AGENT) + start_line(start)).encode()) < PIPE_CAPACITY * 3 // 4  # room to grow
+    never_reads = ["sleep", "119.5"]
     spawned: list[subprocess.Popen[bytes]] = []
-    writer = threading.Thread(target=lambda: spawned.append(spawn(["sleep", "120"], lambda: start)), daemon=True)
+    writer = threading.Thread(target=lambda: spawned.append(spawn(never_reads, lambda: start)), daemon=True)
     writer.start()
-    writer.join(timeout=60)  # a command that never reads: a write that waits for it never returns
+    writer.join(timeout=60)  # a write that waits for it never returns
     try:
         assert spawned, "the start waited for its command to read it"
     finally:
         for process in spawned:
             end_process(process)
+        for process in psutil.process_iter(["cmdline"]):  # one whose spawn is still waiting
+            if process.info["cmdline"] == never_reads:
+                process.kill()

@@ -19,8 +19,10 @@ from utils import (
     launched,
     process_gone,
     processes,
+    raw_socket,
     results,
     said,
+    send_raw,
     standby,
     start_kernel,
     stream_text,
@@ -266,6 +268,25 @@ def test_a_second_shutdown_request_while_stopping_is_answered_too(tmp_path):
             first: ("shutdown_reply", "ok"), second: ("shutdown_reply", "ok")}
         assert proxy.wait(timeout=60) == 0
     assert "InternalError" not in log.read_text() and "Traceback" not in log.read_text()
+
+
+def test_shutdown_requests_until_the_kernel_has_exited_are_never_an_internal_error(tmp_path):
+    """A client that sends shutdown_request, then its manager's own (kc.shutdown, then
+    km.shutdown_kernel): one that came once the proxy had stopped, before its sockets closed, was
+    answered InternalError with a traceback in the log (no task can start then)."""
+    log = tmp_path / "kernel.log"
+    with start_kernel(log=log) as (km, kc):
+        proxy = km.provisioner.process
+        replies = []
+        with raw_socket(km, "control") as (sock, session):
+            while proxy.poll() is None:
+                send_raw(sock, session, "shutdown_request", {"restart": False})
+                while sock.poll(1):  # what came back meanwhile, up to 1 ms for it: the next one then
+                    replies.append(session.deserialize(session.feed_identities(sock.recv_multipart())[1]))
+        assert proxy.wait(timeout=30) == 0
+    assert replies and {(r["msg_type"], r["content"]["status"]) for r in replies} == {("shutdown_reply", "ok")}
+    text = log.read_text()
+    assert "InternalError" not in text and "Traceback" not in text and "never awaited" not in text
 
 
 def _status_of(kc, msg_id: str) -> str | None:

@@ -98,7 +98,9 @@ class Dispatch:
                 self._stdin.to_worker(req.wire.frames())
             else:
                 self._drops.drop("stdin", "only input_reply belongs there", f"a {msg_type}")
-        elif not self._lifecycle.serving and msg_type != "shutdown_request":  # that one is answered ok: it is stopping
+        elif not self._lifecycle.serving and msg_type == "shutdown_request":
+            self._lifecycle.shutdown_again(req)  # ok: it is stopping, as asked
+        elif not self._lifecycle.serving:
             req.move(Phase.ANSWERED)
             self._brackets.own(req, {"status": "aborted"} if msg_type.endswith("_request") else None)
             req.move(Phase.DONE)

@@ -63,10 +63,9 @@ class Lifecycle:
         `req` is None for a SIGTERM. Whatever fails on the way, the kernel still stops. A second
         shutdown_request (a frontend that asks again, one while another frontend's runs) is
         answered at once: the first one is stopping the kernel."""
-        if not self.serving:
+        if not self.serving:  # both dispatched while it was serving: this one came second
             if req is not None:
-                self._brackets.busy(req)
-                self._shutdown_reply(req)
+                self.shutdown_again(req)
             return
         self._life.move(ProxyState.STOPPING, f"shutdown_request {req.msg_id}" if req is not None else "SIGTERM")
         try:
@@ -84,6 +83,12 @@ class Lifecycle:
             finally:
                 self._life.move(ProxyState.STOPPED, "everything is answered")
                 self.stopped.set()
+
+    def shutdown_again(self, req: Request) -> None:
+        """A shutdown_request once the kernel is stopping, or stopped: answered ok at once, with no
+        task (once stopped, none can start)."""
+        self._brackets.busy(req)
+        self._shutdown_reply(req)
 
     def _shutdown_reply(self, req: Request) -> None:
         """The reply on control, and its copy on iopub, as ipykernel sends them."""

@@ -55,8 +55,9 @@ if TYPE_CHECKING:  # a remote's Python may be older than klbr's: no `X | Y` at r
     Events = queue.SimpleQueue[tuple[str, str | int | None]]
 
 
-# A kernel that dies of these may have had them with the agent (a job step's cancel signals every
-# process of the step): its exit is reported only if none comes for the agent within `ENDED_TOO`.
+# A kernel that dies of these, and not by the supervisor's hand (a generation's stop relays SIGTERM),
+# may have had them with the agent (a job step's cancel signals every process of the step): its exit
+# is reported only if none comes for the agent within `ENDED_TOO`.
 # Reported, it would be a WorkerLost, and the next cell a new job, where a cancelled step is a lost
 # placement for the user to take up again.
 OUTSIDE = (-signal.SIGTERM, -signal.SIGHUP)
@@ -234,6 +235,7 @@ def _serve(start: dict[str, Any], events: Events) -> None:
         lease = float(start["lease"])
         deadline = time.monotonic() + lease
         started = False
+        relayed: set[int] = set()  # the supervisor's signals: a kernel that dies of one is its doing (a stop)
         while True:
             if not started and info["transport"] == "tcp":
                 ports = _bound(connection, start["channels"])
@@ -249,7 +251,7 @@ def _serve(start: dict[str, Any], events: Events) -> None:
                     return
                 continue
             if kind == "exit":
-                if not (value in OUTSIDE and _ended_too(events)):
+                if not (value in OUTSIDE and -value not in relayed and _ended_too(events)):
                     _say(exited=value, oom_killed=_oom_kills() > oom_kills)
                 return
             if kind in ("eof", "ended"):
@@ -262,6 +264,7 @@ def _serve(start: dict[str, Any], events: Events) -> None:
             if "lease" in message:
                 deadline = time.monotonic() + lease
             if "signal" in message:
+                relayed.add(int(message["signal"]))
                 _killpg(proc.pid, int(message["signal"]))
     finally:
         if proc is not None:
@@ -273,7 +276,7 @@ if __name__ == "__main__":
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     ending = main()
     if ending is not None:  # its kernel, directory and host socket are gone: now the agent, by that signal
-        sys.stderr.write(f"klbr agent: ended by {signal.Signals(ending).name}; its kernel ended with it\n")
+        sys.stderr.write(f"klbr agent: ended by {signal.Signals(ending).name}; its kernel, if it had one, with it\n")
         signal.signal(ending, signal.SIG_DFL)
         os.kill(os.getpid(), ending)
         sys.exit(128 + ending)  # as PID 1 of a container (`--init=false`), which its own signal does not end
