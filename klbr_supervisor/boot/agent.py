@@ -48,7 +48,10 @@ from typing import TYPE_CHECKING, Any
 # SIGKILL once the scheduler's grace is over), ``docker stop``, a terminal's hangup. Its handler only
 # queues it, for the agent to end as at stdin's end where it waits: a cleanup under way is never cut
 # short, nor a kernel left half started.
-ENDING = (signal.SIGTERM, signal.SIGHUP)
+if sys.platform == "win32":  # no agent runs there; this is for type checks of that platform
+    ENDING: tuple[int, ...] = (signal.SIGTERM,)
+else:
+    ENDING = (signal.SIGTERM, signal.SIGHUP)
 if TYPE_CHECKING:  # a remote's Python may be older than klbr's: no `X | Y` at run time
     # ("line", a line of stdin), ("eof", None) once it ends, ("exit", the kernel's exit status),
     # ("ended", the signal of ENDING that came): a SimpleQueue, whose put a signal handler may call.
@@ -60,7 +63,7 @@ if TYPE_CHECKING:  # a remote's Python may be older than klbr's: no `X | Y` at r
 # is reported only if none comes for the agent within `ENDED_TOO`.
 # Reported, it would be a WorkerLost, and the next cell a new job, where a cancelled step is a lost
 # placement for the user to take up again.
-OUTSIDE = (-signal.SIGTERM, -signal.SIGHUP)
+OUTSIDE = tuple(-sig for sig in ENDING)
 ENDED_TOO = 1.0
 
 
@@ -251,6 +254,7 @@ def _serve(start: dict[str, Any], events: Events) -> None:
                     return
                 continue
             if kind == "exit":
+                assert isinstance(value, int)  # an "exit" event carries the kernel's exit status
                 if not (value in OUTSIDE and -value not in relayed and _ended_too(events)):
                     _say(exited=value, oom_killed=_oom_kills() > oom_kills)
                 return
