@@ -6,7 +6,7 @@ import sqlite3
 
 import pytest
 
-from utils import execute, start_kernel
+from utils import execute, start_kernel, until
 
 
 def _text(outputs: list[dict]) -> str:
@@ -71,13 +71,25 @@ def test_the_users_history_options_decide_over_klbrs_default(tmp_path, option, e
             _, outputs = execute(kc, "print(get_ipython().history_manager.enabled, get_ipython().history_manager.hist_file)")
             hist_file = option.partition("=")[2] if "hist_file" in option else tmp_path / "profile_default" / "history.sqlite"
             assert _text(outputs) == f"{enabled} {hist_file}\n"
+            if database:  # IPython's history thread writes it: on a busy machine, later than the cell's reply
+                until(lambda marker=marker: marker in _codes(tmp_path / database), 30, f"{marker} in the database")
             execute(kc, "%klbr restart")
     databases = [p.relative_to(tmp_path).as_posix() for p in tmp_path.rglob("*.sqlite")]
     assert databases == ([database] if database else [])
     if database:
-        with sqlite3.connect(tmp_path / database) as conn:
-            codes = [row[0] for row in conn.execute("SELECT source_raw FROM history")]
+        codes = _codes(tmp_path / database)
         assert "marker_c = 1" in codes and "marker_d = 1" in codes
+
+
+def _codes(database) -> list[str]:
+    """The cells IPython's history database holds (none while it is not there yet)."""
+    if not database.exists():
+        return []
+    with sqlite3.connect(database) as conn:
+        try:
+            return [row[0] for row in conn.execute("SELECT source_raw FROM history")]
+        except sqlite3.OperationalError:  # its table not made yet
+            return []
 
 
 def test_a_config_files_supervisor_options_still_hold_beside_options_for_workers(tmp_path):
