@@ -172,8 +172,8 @@ def test_an_agent_that_cannot_start_its_kernel_leaves_nothing_where_it_ran(tmp_p
     per failed generation (a placement without ipykernel: one per cell)."""
     socket = tmp_path / "klbr-agent.host"
     socket.touch()  # as sshd's listener leaves its path
-    start = {"start": {"dir": str(tmp_path / "klbr-agent"), "host_socket": str(socket), "channels": {}}}
-    done = subprocess.run([*BARE, "-c", READ_FIRST_LINE], input=first_line(AGENT) + json.dumps(start) + "\n",
+    start = {"dir": str(tmp_path / "klbr-agent"), "host_socket": str(socket), "channels": {}}
+    done = subprocess.run([*BARE, "-c", READ_FIRST_LINE], input=first_line(AGENT) + start_line(start),
                           capture_output=True, text=True, timeout=60, check=False)
     assert done.returncode == 0, done.stderr
     assert "has no ipykernel" in json.loads(done.stdout)["failed"]

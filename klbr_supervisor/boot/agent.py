@@ -3,10 +3,10 @@ a ``slurm://`` job step): standard library only.
 
 Its source is sent over the stdin of what starts it (ssh, ``docker run -i``, ``srun``), as one line the
 command executes (see `agent_launch`), so nothing of klbr needs to be installed there and nothing
-secret is in any command line. Then, on stdin, JSON lines: ``{"start": {...}}`` (its directory, the
+secret is in any command line. Then, on stdin, JSON lines: ``{"start_z": ...}`` (its directory, the
 fresh key, the worker's bootstrap and arguments, the channels' ports, the lease, the memory limit or
 none, the kernel's working directory or none for the home directory, and for a kernel reached over TCP
-the address to listen on and its CurveZMQ keys; as ``{"start_z": ...}``, zlib-compressed and base64:
+the address to listen on and its CurveZMQ keys: JSON, zlib-compressed and base64,
 `agent_launch.start_line`), later ``{"lease": 1}`` (renewed every second) and
 ``{"signal": N}``. On stdout: ``{"started": PID}`` once the kernel's sockets exist (over TCP, with the
 ports it bound, read from the connection file ipykernel writes again once it has them), and ``{"exited": STATUS, "oom_killed": BOOL}`` if it exits (whether the kernel
@@ -190,9 +190,7 @@ def main() -> int | None:
     kind, line = events.get()
     if kind == "line":
         assert isinstance(line, str)  # a "line" event carries its line
-        message = json.loads(line)
-        start = json.loads(zlib.decompress(base64.b64decode(message["start_z"]))) if "start_z" in message \
-            else message["start"]
+        start = json.loads(zlib.decompress(base64.b64decode(json.loads(line)["start_z"])))
         try:
             _serve(start, events)
         finally:

@@ -93,9 +93,10 @@ class Early:
         self._held = False
         return self
 
-    def discard(self) -> None:
+    def discard(self, at_exit: bool = False) -> None:
         """Not wanted after all (another worker is configured, or the kernel will not start): end
-        it, leave nothing. Nothing, once it was taken."""
+        it, leave nothing. Nothing, once it was taken. `at_exit`: called by atexit, where no thread
+        may be started to finish it."""
         if self._held:
             self._held = False
             leave_nothing(self.process, self.runtime_dir)
@@ -159,10 +160,10 @@ class EarlyAgent(Early):
         self._stop_renewing()
         return taken
 
-    def discard(self) -> None:
+    def discard(self, at_exit: bool = False) -> None:
         """The command goes, and with its stdin the agent and its kernel."""
         self._stop_renewing()
-        super().discard()
+        super().discard(at_exit)
 
 
 # How long a discarded ssh has to end by itself (its agent told by stdin's end) before it is killed.
@@ -248,10 +249,10 @@ class EarlyDocker(EarlyAgent):
                 and launch.args == [f"--Session.session={session_id}", *settings.worker_args,
                                     *settings.worker_options])
 
-    def discard(self) -> None:
+    def discard(self, at_exit: bool = False) -> None:
         """The container goes too, by name: it outlives its ``docker run``."""
         held = self._held
-        super().discard()
+        super().discard(at_exit)
         if held:
             import shutil  # noqa: PLC0415 — rare: a container started early and not wanted
 

@@ -238,10 +238,8 @@ def start(argv: list[str], client: dict[str, str] | None = None) -> Early | None
     args = [f"--Session.session={session_id}", *history_args(options), *debugger_args(debugger), *options]
     if spec:
         early = _start_agent(argv, info, runtime, session_id, args, client or {})
-        if isinstance(early, EarlySsh):
+        if early is not None:
             atexit.register(early.discard, at_exit=True)  # for a kernel that never gets as far as adopting it
-        elif early is not None:
-            atexit.register(early.discard)
         return early
     worker = {
         "transport": "ipc", "ip": os.path.join(runtime, "gen1"),
@@ -256,7 +254,7 @@ def start(argv: list[str], client: dict[str, str] | None = None) -> Early | None
     process = subprocess.Popen(  # noqa: S603 — this interpreter and boot.worker, no shell
         worker_command(conn, *args), stderr=subprocess.PIPE, start_new_session=True, env={**os.environ, **host})
     prelaunched = Prelaunched(process, runtime, conn, session_id, host, args)
-    atexit.register(prelaunched.discard)  # for a kernel that never gets as far as adopting it
+    atexit.register(prelaunched.discard, at_exit=True)  # for a kernel that never gets as far as adopting it
     return prelaunched
 
 
